@@ -1,0 +1,124 @@
+package dev.prefill4j.backend.cpu;
+
+import dev.prefill4j.api.ApiVersion;
+import dev.prefill4j.api.spi.Attention;
+import dev.prefill4j.api.spi.AttentionKernel;
+import dev.prefill4j.api.spi.AttentionRequest;
+import dev.prefill4j.api.spi.ComputeDevice;
+import dev.prefill4j.api.spi.KVCache;
+import dev.prefill4j.api.spi.KVPage;
+import java.util.Arrays;
+
+/**
+ * Causal grouped-query attention over KV pages with an online softmax (one pass: running maximum, running sum,
+ * rescaled accumulator), so a page is read once per block of queries and never all at once.
+ *
+ * <p>Tasks are (head, block of up to 32 queries); each task decodes a page's K and V rows of its KV head into
+ * thread-local buffers, then runs every query of its block over them.
+ */
+public final class CpuAttention implements Attention {
+    private static final int QUERY_BLOCK = 32;
+
+    @Override public String id() { return "cpu-paged"; }
+    @Override public String apiVersion() { return ApiVersion.CURRENT; }
+    @Override public String backendId() { return "cpu"; }
+    @Override public int priority() { return 100; }
+    @Override public String description() { return "paged causal GQA attention, online softmax, CPU"; }
+
+    @Override
+    public AttentionKernel create(ComputeDevice device) {
+        ThreadLocal<Scratch> scratch = new ThreadLocal<>();
+        return request -> attend(device, scratch, request);
+    }
+
+    /** Per-thread buffers, grown as needed. */
+    private static final class Scratch {
+        float[] k = new float[0];
+        float[] v = new float[0];
+        float[] acc = new float[0];
+        float[] max = new float[0];
+        float[] sum = new float[0];
+    }
+
+    private static void attend(ComputeDevice device, ThreadLocal<Scratch> scratch, AttentionRequest r) {
+        int heads = r.heads();
+        int hd = r.headDim();
+        int group = heads / r.kvHeads();
+        int blocks = (r.queries() + QUERY_BLOCK - 1) / QUERY_BLOCK;
+        KVCache cache = r.cache();
+        int pageSize = cache.config().pageSize();
+        if (cache.length(r.layer()) < r.startPos() + r.queries()) {
+            throw new IllegalStateException("layer " + r.layer() + " holds " + cache.length(r.layer())
+                    + " positions, attention needs " + (r.startPos() + r.queries()));
+        }
+        device.parallelFor(heads * blocks, task -> {
+            int h = task % heads;
+            int b = task / heads;
+            int kvh = h / group;
+            int t0 = b * QUERY_BLOCK;
+            int t1 = Math.min(r.queries(), t0 + QUERY_BLOCK);
+            int nq = t1 - t0;
+            Scratch s = scratch(scratch, pageSize * hd, nq * hd, nq);
+            Arrays.fill(s.acc, 0, nq * hd, 0f);
+            Arrays.fill(s.max, 0, nq, Float.NEGATIVE_INFINITY);
+            Arrays.fill(s.sum, 0, nq, 0f);
+            int lastPos = r.startPos() + t1 - 1;
+            for (int p = 0; p <= lastPos / pageSize; p++) {
+                KVPage page = cache.page(r.layer(), p);
+                int first = page.firstPosition();
+                int rowsNeeded = Math.min(page.positions(), lastPos - first + 1);
+                for (int j = 0; j < rowsNeeded; j++) {
+                    page.key(j, kvh * hd, hd, s.k, j * hd);
+                    page.value(j, kvh * hd, hd, s.v, j * hd);
+                }
+                for (int t = t0; t < t1; t++) {
+                    int limit = Math.min(rowsNeeded, r.startPos() + t - first + 1);
+                    int qo = (t * heads + h) * hd;
+                    int qi = t - t0;
+                    for (int j = 0; j < limit; j++) {
+                        float score = VectorOps.dot(r.q(), qo, s.k, j * hd, hd) * r.scale();
+                        float m = s.max[qi];
+                        if (score > m) {
+                            float correction = m == Float.NEGATIVE_INFINITY ? 0f : (float) Math.exp(m - score);
+                            s.sum[qi] = s.sum[qi] * correction + 1f;
+                            VectorOps.scaleAdd(s.acc, qi * hd, correction, 1f, s.v, j * hd, hd);
+                            s.max[qi] = score;
+                        } else {
+                            float weight = (float) Math.exp(score - m);
+                            s.sum[qi] += weight;
+                            VectorOps.scaleAdd(s.acc, qi * hd, 1f, weight, s.v, j * hd, hd);
+                        }
+                    }
+                }
+            }
+            for (int t = t0; t < t1; t++) {
+                int qi = t - t0;
+                float inv = 1f / s.sum[qi];
+                int oo = (t * heads + h) * hd;
+                for (int d = 0; d < hd; d++) {
+                    r.out()[oo + d] = s.acc[qi * hd + d] * inv;
+                }
+            }
+        });
+    }
+
+    private static Scratch scratch(ThreadLocal<Scratch> tl, int kv, int acc, int nq) {
+        Scratch s = tl.get();
+        if (s == null) {
+            s = new Scratch();
+            tl.set(s);
+        }
+        if (s.k.length < kv) {
+            s.k = new float[kv];
+            s.v = new float[kv];
+        }
+        if (s.acc.length < acc) {
+            s.acc = new float[acc];
+        }
+        if (s.max.length < nq) {
+            s.max = new float[nq];
+            s.sum = new float[nq];
+        }
+        return s;
+    }
+}

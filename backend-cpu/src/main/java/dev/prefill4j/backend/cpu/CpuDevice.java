@@ -1,0 +1,151 @@
+package dev.prefill4j.backend.cpu;
+
+import dev.prefill4j.api.spi.ComputeDevice;
+import dev.prefill4j.api.spi.WeightMatrix;
+import java.util.concurrent.ForkJoinPool;
+import java.util.concurrent.ForkJoinWorkerThread;
+import java.util.function.IntConsumer;
+import java.util.stream.IntStream;
+
+/**
+ * The CPU device: a fork-join pool of {@code threads} daemon workers. GEMM splits output features into tiles,
+ * one task each; a task decodes its weight tile once into a thread-local buffer that stays in L2 and runs every
+ * activation row against it, four weight rows per activation load.
+ */
+final class CpuDevice implements ComputeDevice {
+    /** Bytes of decoded weights per tile: small enough to stay in L2 while all activation rows pass over it. */
+    private static final int TILE_BYTES = 128 * 1024;
+
+    private final int threads;
+    private final ForkJoinPool pool;
+    private final ThreadLocal<float[]> tileBuffer = new ThreadLocal<>();
+
+    CpuDevice(int threads) {
+        this.threads = threads;
+        this.pool = threads == 1 ? null : new ForkJoinPool(threads, p -> {
+            ForkJoinWorkerThread t = ForkJoinPool.defaultForkJoinWorkerThreadFactory.newThread(p);
+            t.setDaemon(true);
+            t.setName("prefill4j-cpu-" + t.getPoolIndex());
+            return t;
+        }, null, false);
+    }
+
+    @Override
+    public String description() {
+        return "cpu: " + threads + " thread(s), Vector API " + VectorOps.FLOATS.vectorBitSize() + "-bit";
+    }
+
+    @Override
+    public int threads() {
+        return threads;
+    }
+
+    @Override
+    public void parallelFor(int tasks, IntConsumer task) {
+        if (pool == null || tasks == 1) {
+            for (int i = 0; i < tasks; i++) {
+                task.accept(i);
+            }
+            return;
+        }
+        pool.submit(() -> IntStream.range(0, tasks).parallel().forEach(task)).join();
+    }
+
+    @Override
+    public void matmul(WeightMatrix w, float[] x, int rows, float[] out) {
+        int n = w.rows();
+        int k = w.cols();
+        long rowBytes = w.rowBytes();
+        int tile = Math.max(4, Math.min(64, TILE_BYTES / (4 * k)) & ~3);
+        // Enough tiles for every thread to get several, so uneven rows still balance.
+        int balanced = Math.max(4, (n / (4 * threads)) & ~3);
+        tile = Math.min(tile, balanced);
+        int tileRows = tile;
+        int tiles = (n + tileRows - 1) / tileRows;
+        parallelFor(tiles, ti -> {
+            int o0 = ti * tileRows;
+            int o1 = Math.min(n, o0 + tileRows);
+            float[] buf = buffer(tileRows * k);
+            for (int o = o0; o < o1; o++) {
+                w.format().decode(w.data(), rowBytes * o, buf, (o - o0) * k, k);
+            }
+            for (int r = 0; r < rows; r++) {
+                int xo = r * k;
+                int oo = r * n;
+                int o = o0;
+                for (; o + 4 <= o1; o += 4) {
+                    VectorOps.dot4(buf, (o - o0) * k, k, x, xo, out, oo + o);
+                }
+                for (; o < o1; o++) {
+                    out[oo + o] = VectorOps.dot(buf, (o - o0) * k, x, xo, k);
+                }
+            }
+        });
+    }
+
+    private float[] buffer(int size) {
+        float[] b = tileBuffer.get();
+        if (b == null || b.length < size) {
+            b = new float[size];
+            tileBuffer.set(b);
+        }
+        return b;
+    }
+
+    @Override
+    public void rmsNorm(float[] x, int rows, float[] weight, float eps, float[] out) {
+        int n = weight.length;
+        for (int r = 0; r < rows; r++) {
+            int o = r * n;
+            double ss = 0;
+            for (int i = 0; i < n; i++) {
+                ss += (double) x[o + i] * x[o + i];
+            }
+            // As llama.cpp: the mean in double, then scale = 1/sqrtf(mean + eps), x*scale, then the gains.
+            float scale = (float) (1.0 / Math.sqrt((float) (ss / n) + eps));
+            for (int i = 0; i < n; i++) {
+                out[o + i] = (x[o + i] * scale) * weight[i];
+            }
+        }
+    }
+
+    @Override
+    public void rope(float[] x, int rows, int heads, int headDim, int ropeDim, int startPos, float base) {
+        int half = ropeDim / 2;
+        float[] cos = new float[half];
+        float[] sin = new float[half];
+        for (int r = 0; r < rows; r++) {
+            int pos = startPos + r;
+            for (int i = 0; i < half; i++) {
+                double theta = pos * Math.pow(base, -2.0 * i / ropeDim);
+                cos[i] = (float) Math.cos(theta);
+                sin[i] = (float) Math.sin(theta);
+            }
+            int rowOff = r * heads * headDim;
+            for (int h = 0; h < heads; h++) {
+                int o = rowOff + h * headDim;
+                for (int i = 0; i < half; i++) {
+                    float x0 = x[o + 2 * i];
+                    float x1 = x[o + 2 * i + 1];
+                    x[o + 2 * i] = x0 * cos[i] - x1 * sin[i];
+                    x[o + 2 * i + 1] = x0 * sin[i] + x1 * cos[i];
+                }
+            }
+        }
+    }
+
+    @Override
+    public void swiglu(float[] gate, float[] up, int n) {
+        for (int i = 0; i < n; i++) {
+            float g = gate[i];
+            gate[i] = (float) (g / (1.0 + Math.exp(-g))) * up[i];
+        }
+    }
+
+    @Override
+    public void close() {
+        if (pool != null) {
+            pool.shutdownNow();
+        }
+    }
+}

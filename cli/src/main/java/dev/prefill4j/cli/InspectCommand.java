@@ -1,0 +1,117 @@
+package dev.prefill4j.cli;
+
+import dev.prefill4j.api.spi.Quantizer;
+import dev.prefill4j.engine.gguf.GgufArray;
+import dev.prefill4j.engine.gguf.GgufContent;
+import dev.prefill4j.engine.gguf.GgufFile;
+import dev.prefill4j.engine.gguf.GgufTensor;
+import dev.prefill4j.engine.gguf.GgufValue;
+import dev.prefill4j.engine.llama2c.Llama2cCheckpoint;
+import dev.prefill4j.engine.registry.PluginRegistry;
+import java.lang.reflect.Array;
+import java.nio.file.Path;
+import java.util.ArrayList;
+import java.util.LinkedHashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.Optional;
+import java.util.concurrent.Callable;
+import picocli.CommandLine.Command;
+import picocli.CommandLine.Option;
+import picocli.CommandLine.Parameters;
+
+/** {@code prefill4j inspect}: metadata and tensors of a model file, and which module decodes each tensor. */
+@Command(name = "inspect", mixinStandardHelpOptions = true,
+        description = "Show a model file's metadata and, per tensor, its name, shape, type and the module that "
+                + "decodes it (or the module to add).")
+final class InspectCommand implements Callable<Integer> {
+    @Parameters(paramLabel = "MODEL", description = "GGUF file, or llama2.c .bin (with --tokenizer).")
+    Path model;
+
+    @Option(names = "--tokenizer", paramLabel = "FILE", description = "llama2.c tokenizer.bin.")
+    Path tokenizer;
+
+    @Option(names = "--json", description = "Print JSON.")
+    boolean json;
+
+    @Option(names = "--verbose", description = "Print stack traces.")
+    boolean verbose;
+
+    @Override
+    public Integer call() {
+        PluginRegistry registry = PluginRegistry.load();
+        try (AutoCloseableContent c = open()) {
+            GgufContent content = c.content;
+            Map<String, Object> md = new LinkedHashMap<>();
+            content.metadata().forEach((k, v) -> md.put(k, summary(v)));
+            List<Map<String, Object>> tensors = new ArrayList<>();
+            for (GgufTensor t : content.tensors()) {
+                Optional<Quantizer> q = registry.forGgufType(t.type());
+                Map<String, Object> row = new LinkedHashMap<>();
+                row.put("name", t.name());
+                row.put("shape", t.ne());
+                row.put("type", t.type().name());
+                row.put("bytes", t.data().byteSize());
+                row.put("decoder", q.map(x -> x.id() + " (" + x.getClass().getModule().getName() + ")")
+                        .orElseGet(() -> "MISSING: " + PluginRegistry.missingFormat(t.type(), "it").getMessage()));
+                tensors.add(row);
+            }
+            if (json) {
+                Map<String, Object> doc = new LinkedHashMap<>();
+                doc.put("file", content.source());
+                doc.put("metadata", md);
+                doc.put("tensors", tensors);
+                System.out.print(Json.write(doc));
+                return 0;
+            }
+            System.out.println("file: " + content.source());
+            System.out.println("metadata (" + md.size() + " keys):");
+            md.forEach((k, v) -> System.out.println("  " + k + " = " + v));
+            System.out.println("tensors (" + tensors.size() + "):");
+            System.out.printf("  %-32s %-20s %-6s %12s  %s%n", "name", "shape", "type", "bytes", "decoded by");
+            for (Map<String, Object> r : tensors) {
+                System.out.printf("  %-32s %-20s %-6s %12d  %s%n", r.get("name"),
+                        java.util.Arrays.toString((long[]) r.get("shape")), r.get("type"), (Long) r.get("bytes"),
+                        r.get("decoder"));
+            }
+        }
+        return 0;
+    }
+
+    private record AutoCloseableContent(GgufContent content, AutoCloseable closer) implements AutoCloseable {
+        @Override
+        public void close() {
+            try {
+                closer.close();
+            } catch (Exception e) {
+                throw new IllegalStateException(e);
+            }
+        }
+    }
+
+    private AutoCloseableContent open() {
+        if (tokenizer != null) {
+            Llama2cCheckpoint ck = Llama2cCheckpoint.open(model, tokenizer);
+            return new AutoCloseableContent(ck, ck);
+        }
+        GgufFile f = GgufFile.open(model);
+        return new AutoCloseableContent(f, f);
+    }
+
+    /** Scalars as they are; arrays as {@code TYPE[n]} plus their first elements. */
+    static String summary(GgufValue v) {
+        if (v.value() instanceof GgufArray a) {
+            int n = a.size();
+            StringBuilder sb = new StringBuilder(a.elementType() + "[" + n + "]");
+            if (n > 0) {
+                sb.append(" [");
+                for (int i = 0; i < Math.min(n, 5); i++) {
+                    sb.append(i == 0 ? "" : ", ").append(String.valueOf(Array.get(a.values(), i)));
+                }
+                sb.append(n > 5 ? ", ...]" : "]");
+            }
+            return sb.toString();
+        }
+        return v.toString();
+    }
+}

@@ -1,0 +1,85 @@
+package dev.prefill4j.cli;
+
+import dev.prefill4j.engine.PrefillException;
+import java.io.PrintWriter;
+import java.util.logging.ConsoleHandler;
+import java.util.logging.Level;
+import java.util.logging.Logger;
+import picocli.CommandLine;
+import picocli.CommandLine.Command;
+import picocli.CommandLine.Option;
+
+/**
+ * {@code prefill4j}: the command-line entry point.
+ *
+ * <p>Exit codes: 0 success, 1 a run failed (bad model file, missing plugin, prompt over the context, NaN),
+ * 2 bad command-line usage. Errors print one line; {@code --verbose} adds the stack trace and the registry's
+ * log.
+ */
+@Command(name = "prefill4j", mixinStandardHelpOptions = true, versionProvider = Main.Version.class,
+        description = {"A Java LLM inference engine built for fast prefill.", ""},
+        subcommands = {RunCommand.class, InspectCommand.class, PluginsCommand.class, SynthCommand.class,
+                BenchCommand.class, CommandLine.HelpCommand.class},
+        footer = {"", "Run 'prefill4j COMMAND --help' for a command's options.",
+                "Example: prefill4j run -m model.gguf -p \"Once upon a time\" -n 32 --temp 0"})
+public final class Main {
+    /** Options every command takes. */
+    static final class Common {
+        @Option(names = "--verbose", description = "Print stack traces and the plugin registry's log.")
+        boolean verbose;
+    }
+
+    /** Reports the engine module's version. */
+    static final class Version implements CommandLine.IVersionProvider {
+        @Override
+        public String[] getVersion() {
+            String v = Main.class.getModule().getDescriptor() == null ? "dev"
+                    : Main.class.getModule().getDescriptor().rawVersion().orElse("dev");
+            return new String[] {"prefill4j " + v + " (Java " + Runtime.version() + ")"};
+        }
+    }
+
+    private Main() {
+    }
+
+    /**
+     * Runs the command line and exits with its code.
+     *
+     * @param args the arguments
+     */
+    public static void main(String[] args) {
+        System.exit(execute(args));
+    }
+
+    /**
+     * Runs the command line.
+     *
+     * @param args the arguments
+     * @return the exit code
+     */
+    static int execute(String... args) {
+        boolean verbose = java.util.Arrays.asList(args).contains("--verbose");
+        if (verbose) {
+            Logger root = Logger.getLogger("");
+            root.setLevel(Level.FINE);
+            ConsoleHandler h = new ConsoleHandler();
+            h.setLevel(Level.FINE);
+            root.addHandler(h);
+        }
+        CommandLine cl = new CommandLine(new Main());
+        cl.setExecutionExceptionHandler((ex, line, parse) -> {
+            PrintWriter err = line.getErr();
+            if (ex instanceof PrefillException pe) {
+                err.println("prefill4j: error: " + pe.getMessage());
+            } else {
+                err.println("prefill4j: internal error: " + ex + " (please report it; --verbose shows where)");
+            }
+            if (verbose) {
+                ex.printStackTrace(err);
+            }
+            err.flush();
+            return ex instanceof PrefillException pe && pe.code() == PrefillException.Code.ARGUMENT ? 2 : 1;
+        });
+        return cl.execute(args);
+    }
+}

@@ -1,0 +1,170 @@
+package dev.prefill4j.cli;
+
+import dev.prefill4j.api.spi.KVElementType;
+import dev.prefill4j.engine.Engine;
+import dev.prefill4j.engine.Generation;
+import dev.prefill4j.engine.PrefillException;
+import dev.prefill4j.engine.Sampler;
+import dev.prefill4j.engine.SamplerConfig;
+import dev.prefill4j.engine.Session;
+import dev.prefill4j.engine.SessionOptions;
+import dev.prefill4j.engine.model.LlamaModel;
+import java.io.IOException;
+import java.io.OutputStream;
+import java.io.PrintStream;
+import java.nio.ByteBuffer;
+import java.nio.ByteOrder;
+import java.nio.channels.FileChannel;
+import java.nio.file.Path;
+import java.nio.file.StandardOpenOption;
+import java.util.LinkedHashMap;
+import java.util.Locale;
+import java.util.Map;
+import java.util.concurrent.Callable;
+import picocli.CommandLine.Command;
+import picocli.CommandLine.Mixin;
+import picocli.CommandLine.Option;
+
+/** {@code prefill4j run}: prefill a prompt, then generate. */
+@Command(name = "run", mixinStandardHelpOptions = true, sortOptions = false,
+        description = {"Prefill a prompt and generate text. Streams the text to standard output, then prints "
+                + "prefill and decode speed to standard error.",
+                "Without -m it runs a synthetic model the engine generates itself (random weights: the text is "
+                + "meaningless, and the output says so)."})
+final class RunCommand implements Callable<Integer> {
+    @Mixin
+    EngineOptions engine;
+
+    @Option(names = {"-p", "--prompt"}, paramLabel = "TEXT", defaultValue = "Once upon a time",
+            description = "Prompt text (default: \"${DEFAULT-VALUE}\").")
+    String prompt;
+
+    @Option(names = {"-n", "--n-predict"}, paramLabel = "N", defaultValue = "32",
+            description = "Tokens to generate (default: ${DEFAULT-VALUE}).")
+    int nPredict;
+
+    @Option(names = "--temp", paramLabel = "T", defaultValue = "0.8",
+            description = "Temperature; 0 is greedy, lowest id wins ties (default: ${DEFAULT-VALUE}).")
+    float temperature;
+
+    @Option(names = "--top-k", paramLabel = "K", defaultValue = "40", description = "Top-k, 0 = off (default: ${DEFAULT-VALUE}).")
+    int topK;
+
+    @Option(names = "--top-p", paramLabel = "P", defaultValue = "0.95", description = "Top-p, 1 = off (default: ${DEFAULT-VALUE}).")
+    float topP;
+
+    @Option(names = {"-s", "--seed"}, paramLabel = "S", description = "Sampling seed (default: random, reported in --json).")
+    Long seed;
+
+    @Option(names = {"-c", "--ctx-size"}, paramLabel = "N", defaultValue = "0",
+            description = "Context length; 0 = the model's (default: ${DEFAULT-VALUE}).")
+    int ctx;
+
+    @Option(names = "--kv-type", paramLabel = "TYPE", defaultValue = "f16",
+            description = "KV cache element type: f32 or f16 (default: ${DEFAULT-VALUE}).")
+    String kvType;
+
+    @Option(names = "--ignore-eos", description = "Keep generating after the end-of-sequence token.")
+    boolean ignoreEos;
+
+    @Option(names = "--json", description = "Print one JSON document instead of streaming text.")
+    boolean json;
+
+    @Option(names = "--logits-out", paramLabel = "FILE",
+            description = "Write the logits of every prompt position as float32 little-endian [n_prompt][n_vocab].")
+    Path logitsOut;
+
+    static KVElementType parseKvType(String s) {
+        try {
+            return KVElementType.valueOf(s.toUpperCase(Locale.ROOT));
+        } catch (IllegalArgumentException e) {
+            throw new PrefillException(PrefillException.Code.ARGUMENT, "unknown --kv-type '" + s + "'; use f32 or f16");
+        }
+    }
+
+    @Override
+    public Integer call() throws IOException {
+        if (nPredict < 0) {
+            throw new PrefillException(PrefillException.Code.ARGUMENT, "-n must be at least 0");
+        }
+        long samplingSeed = seed != null ? seed : System.nanoTime();
+        Sampler sampler = new Sampler(new SamplerConfig(temperature, topK, topP, samplingSeed));
+        KVElementType kv = parseKvType(kvType);
+        PrintStream out = System.out;
+        try (Engine e = engine.openEngine(); LlamaModel model = engine.loadModel(e);
+             Session session = e.newSession(model, SessionOptions.defaults().withKvType(kv).withContextLength(ctx))) {
+            if (model.synthetic() && !json) {
+                System.err.println("[synthetic model " + model.source() + ": random weights, the text is meaningless]");
+            }
+            Utf8Stream stream = json ? null : new Utf8Stream(out);
+            Generation g = session.generate(prompt, nPredict, sampler, ignoreEos, logitsOut != null,
+                    stream == null ? null : id -> stream.write(model.tokenizer().bytes(id)));
+            if (logitsOut != null) {
+                writeLogits(logitsOut, g.promptLogits());
+            }
+            if (json) {
+                Map<String, Object> doc = new LinkedHashMap<>();
+                doc.put("model", model.source());
+                doc.put("synthetic", model.synthetic());
+                doc.put("format", model.formatSummary());
+                doc.put("backend", e.device().description());
+                doc.put("kv_type", kv.name().toLowerCase(Locale.ROOT));
+                doc.put("seed", samplingSeed);
+                doc.put("temperature", temperature);
+                doc.put("prompt", prompt);
+                doc.put("prompt_ids", g.promptIds());
+                doc.put("generated_ids", g.generatedIds());
+                doc.put("text", g.text());
+                Map<String, Object> t = new LinkedHashMap<>();
+                t.put("prefill_ms", g.prefillNanos() / 1e6);
+                t.put("prefill_tokens_per_s", g.prefillTokensPerSecond());
+                t.put("decode_ms", g.decodeNanos() / 1e6);
+                t.put("decode_tokens_per_s", g.decodeTokensPerSecond());
+                doc.put("timings", t);
+                out.print(Json.write(doc));
+            } else {
+                stream.flush();
+                out.println();
+                System.err.printf(Locale.ROOT, "prefill: %d tokens in %.1f ms (%.1f tok/s) | decode: %d tokens in %.1f ms "
+                        + "(%.1f tok/s) | %s%n", g.promptIds().length, g.prefillNanos() / 1e6,
+                        g.prefillTokensPerSecond(), g.generatedIds().length, g.decodeNanos() / 1e6,
+                        g.decodeTokensPerSecond(), e.device().description());
+            }
+            out.flush();
+        }
+        return 0;
+    }
+
+    static void writeLogits(Path file, float[] logits) throws IOException {
+        ByteBuffer buf = ByteBuffer.allocate(logits.length * 4).order(ByteOrder.LITTLE_ENDIAN);
+        buf.asFloatBuffer().put(logits);
+        try (FileChannel ch = FileChannel.open(file, StandardOpenOption.CREATE, StandardOpenOption.WRITE,
+                StandardOpenOption.TRUNCATE_EXISTING)) {
+            while (buf.hasRemaining()) {
+                ch.write(buf);
+            }
+        }
+    }
+
+    /** Writes token bytes as they come; a character split over byte tokens is assembled by the reader of the stream. */
+    private static final class Utf8Stream {
+        private final OutputStream out;
+
+        Utf8Stream(OutputStream out) {
+            this.out = out;
+        }
+
+        void write(byte[] b) {
+            try {
+                out.write(b);
+                out.flush();
+            } catch (IOException e) {
+                throw new PrefillException(PrefillException.Code.IO, "cannot write to standard output: " + e.getMessage(), e);
+            }
+        }
+
+        void flush() throws IOException {
+            out.flush();
+        }
+    }
+}

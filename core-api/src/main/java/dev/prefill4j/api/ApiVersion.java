@@ -1,0 +1,48 @@
+package dev.prefill4j.api;
+
+/**
+ * The version of the SPI contract, as {@code MAJOR.MINOR}.
+ *
+ * <p>A provider returns {@link #CURRENT} from {@code apiVersion()}. Because {@code CURRENT} is a compile-time
+ * constant, javac copies its value into the provider's class file: the provider therefore reports the version
+ * it was <em>built</em> against, not the version present at run time. The engine accepts a provider whose
+ * major version equals its own and whose minor version is not newer than its own ({@link #isCompatible}).
+ *
+ * @since 0.1
+ */
+@Api.Stable
+public final class ApiVersion {
+    /** The contract version of this core-api build. */
+    public static final String CURRENT = "1.0";
+
+    private ApiVersion() {
+    }
+
+    /**
+     * {@return whether a provider built against {@code providerVersion} runs against this core-api}
+     *
+     * @param providerVersion a {@code MAJOR.MINOR} string as reported by a provider
+     */
+    public static boolean isCompatible(String providerVersion) {
+        int[] mine = parse(CURRENT);
+        int[] theirs;
+        try {
+            theirs = parse(providerVersion);
+        } catch (IllegalArgumentException e) {
+            return false;
+        }
+        return mine[0] == theirs[0] && theirs[1] <= mine[1];
+    }
+
+    private static int[] parse(String v) {
+        String[] parts = v.split("\\.");
+        if (parts.length != 2) {
+            throw new IllegalArgumentException("API version must be MAJOR.MINOR: " + v);
+        }
+        try {
+            return new int[] {Integer.parseInt(parts[0]), Integer.parseInt(parts[1])};
+        } catch (NumberFormatException e) {
+            throw new IllegalArgumentException("API version must be MAJOR.MINOR: " + v, e);
+        }
+    }
+}

@@ -1,0 +1,80 @@
+package dev.prefill4j.api.spi;
+
+import dev.prefill4j.api.Api;
+import java.util.function.IntConsumer;
+
+/**
+ * An open compute device that runs the graph's operations on row-major float activations.
+ *
+ * <p>Activations are {@code float[]} laid out {@code [rows][width]}. A device is used by one inference
+ * session at a time (calls are not concurrent); internally it may use many threads. Outputs are fully
+ * overwritten. NaN/Inf detection is the engine's job, not the device's.
+ *
+ * @since 0.1
+ */
+@Api.Stable
+public interface ComputeDevice extends AutoCloseable {
+    /** {@return a short description, e.g. instruction set and thread count} */
+    String description();
+
+    /** {@return worker threads in use} */
+    int threads();
+
+    /**
+     * {@code out[r][o] = sum_i w[o][i] * x[r][i]} for {@code r < rows}, {@code o < w.rows()}.
+     *
+     * @param w    weights, {@code [w.rows()][w.cols()]}
+     * @param x    activations {@code [rows][w.cols()]}
+     * @param rows activation rows (tokens)
+     * @param out  results {@code [rows][w.rows()]}
+     */
+    void matmul(WeightMatrix w, float[] x, int rows, float[] out);
+
+    /**
+     * RMSNorm: {@code out[r][i] = x[r][i] / sqrt(mean_i(x[r]^2) + eps) * weight[i]}.
+     *
+     * @param x      input {@code [rows][weight.length]}
+     * @param rows   rows
+     * @param weight gains
+     * @param eps    epsilon inside the square root
+     * @param out    output, may be {@code x}
+     */
+    void rmsNorm(float[] x, int rows, float[] weight, float eps, float[] out);
+
+    /**
+     * Rotary embedding in the "normal" (GPT-J, adjacent pairs) form llama.cpp uses for the {@code llama}
+     * architecture: within each head, pairs {@code (2i, 2i+1)} for {@code 2i < ropeDim} rotate by
+     * {@code pos * base^(-2i/ropeDim)}; the rest of the head is left as is.
+     *
+     * @param x        {@code [rows][heads * headDim]}, rotated in place
+     * @param rows     rows; row {@code r} is at position {@code startPos + r}
+     * @param heads    heads per row
+     * @param headDim  elements per head
+     * @param ropeDim  rotated elements per head (even, at most {@code headDim})
+     * @param startPos position of row 0
+     * @param base     frequency base (theta)
+     */
+    void rope(float[] x, int rows, int heads, int headDim, int ropeDim, int startPos, float base);
+
+    /**
+     * SwiGLU: {@code gate[i] = silu(gate[i]) * up[i]} for {@code i < n}.
+     *
+     * @param gate gate projection, overwritten with the result
+     * @param up   up projection
+     * @param n    elements
+     */
+    void swiglu(float[] gate, float[] up, int n);
+
+    /**
+     * Runs {@code task.accept(i)} for {@code i < tasks} on the device's worker threads and returns when all
+     * have finished. Attention kernels use it to share the device's threads.
+     *
+     * @param tasks number of tasks
+     * @param task  the work, called concurrently
+     */
+    void parallelFor(int tasks, IntConsumer task);
+
+    /** Stops the device's threads. Idempotent. */
+    @Override
+    void close();
+}

@@ -1,0 +1,93 @@
+package dev.prefill4j.api.spi;
+
+import dev.prefill4j.api.Api;
+import java.lang.foreign.MemorySegment;
+import java.util.OptionalInt;
+
+/**
+ * One weight format: its identity and block geometry, the reference encoder, and the decoders the kernels
+ * use.
+ *
+ * <p>A format stores a row of {@code n} weights as {@code n / blockSize()} consecutive blocks of
+ * {@code blockBytes()} bytes; {@code n} is always a multiple of {@code blockSize()}. Offsets are byte offsets
+ * into a {@link MemorySegment} (usually a read-only mapping of the model file) and need not be aligned.
+ *
+ * <p><b>How backends use it.</b> The CPU backend's GEMM calls {@link #decode} once per weight tile into a small
+ * float buffer and reuses that tile across many activation rows; for one activation row (decode) it calls the
+ * fused {@link #dot}. Adding a format therefore never touches a backend.
+ *
+ * <p><b>Threading.</b> Implementations are stateless and thread-safe: every method may be called from many
+ * threads at once and must not allocate on the heap per call beyond what escape analysis removes.
+ *
+ * <p><b>Errors.</b> Arguments out of range throw {@link IndexOutOfBoundsException} (from the segment or array
+ * access); a {@code count} that is not a multiple of the block size throws {@link IllegalArgumentException}.
+ *
+ * @since 0.1
+ */
+@Api.Stable
+public interface Quantizer extends Plugin {
+    /** {@return elements per block} (1 for plain float formats) */
+    int blockSize();
+
+    /** {@return bytes per block} */
+    int blockBytes();
+
+    /** {@return storage cost in bits per weight, including scales} */
+    default double bitsPerWeight() {
+        return 8.0 * blockBytes() / blockSize();
+    }
+
+    /** {@return the GGUF ({@code ggml_type}) id this format reads and writes, if it has one} */
+    OptionalInt ggufType();
+
+    /**
+     * {@return bytes needed for {@code count} elements}
+     *
+     * @param count element count, a multiple of {@link #blockSize()}
+     * @throws IllegalArgumentException if {@code count} is not a multiple of the block size
+     */
+    default long byteSize(long count) {
+        if (count < 0 || count % blockSize() != 0) {
+            throw new IllegalArgumentException(
+                    id() + ": " + count + " elements is not a multiple of the block size " + blockSize());
+        }
+        return count / blockSize() * blockBytes();
+    }
+
+    /**
+     * Decodes {@code count} elements stored from byte {@code offset} of {@code src} into
+     * {@code dst[dstOffset .. dstOffset + count)}.
+     *
+     * @param src       the encoded data
+     * @param offset    byte offset of the first block
+     * @param dst       where the floats go
+     * @param dstOffset first index written
+     * @param count     elements to decode, a multiple of {@link #blockSize()}
+     */
+    void decode(MemorySegment src, long offset, float[] dst, int dstOffset, int count);
+
+    /**
+     * The reference quantizer: encodes {@code count} floats into blocks at byte {@code offset} of {@code dst}.
+     * Where the ecosystem has a tool for the format, the bytes equal what that tool writes for the same input.
+     *
+     * @param src       the floats
+     * @param srcOffset first index read
+     * @param count     elements to encode, a multiple of {@link #blockSize()}
+     * @param dst       writable destination
+     * @param offset    byte offset of the first block written
+     */
+    void encode(float[] src, int srcOffset, int count, MemorySegment dst, long offset);
+
+    /**
+     * The fused dot product used for one activation row: {@code sum(decode(src)[i] * x[xOffset + i])} over
+     * {@code count} elements, without materialising the decoded row.
+     *
+     * @param src     the encoded data
+     * @param offset  byte offset of the first block
+     * @param x       the activations
+     * @param xOffset index of the first activation
+     * @param count   elements, a multiple of {@link #blockSize()}
+     * @return the dot product in float precision
+     */
+    float dot(MemorySegment src, long offset, float[] x, int xOffset, int count);
+}

@@ -1,0 +1,249 @@
+package dev.prefill4j.engine;
+
+import dev.prefill4j.api.Api;
+import dev.prefill4j.api.spi.Attention;
+import dev.prefill4j.api.spi.AttentionKernel;
+import dev.prefill4j.api.spi.Backend;
+import dev.prefill4j.api.spi.BackendContext;
+import dev.prefill4j.api.spi.ComputeDevice;
+import dev.prefill4j.api.spi.KVConfig;
+import dev.prefill4j.api.spi.KVStore;
+import dev.prefill4j.api.spi.Quantizer;
+import dev.prefill4j.engine.gguf.GgufFile;
+import dev.prefill4j.engine.llama2c.Llama2cCheckpoint;
+import dev.prefill4j.engine.model.LlamaConfig;
+import dev.prefill4j.engine.model.LlamaModel;
+import dev.prefill4j.engine.model.SyntheticLlama;
+import dev.prefill4j.engine.registry.PluginRegistry;
+import java.io.IOException;
+import java.io.InputStream;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.util.function.DoubleConsumer;
+
+/**
+ * The entry point: a plugin registry, an open compute device, an attention kernel and a KV store, chosen once.
+ * Load models with it and open {@linkplain Session sessions} on them.
+ *
+ * <p>Selection follows {@link PluginRegistry}: explicit ids from the {@link Builder}, else system properties,
+ * else priority. Thread-safe for loading; each session is used by one thread at a time, and sessions of one
+ * engine share its device, so run them one after another.
+ *
+ * @since 0.1
+ */
+@Api.Stable
+public final class Engine implements AutoCloseable {
+    private final PluginRegistry registry;
+    private final Backend backend;
+    private final ComputeDevice device;
+    private final Attention attention;
+    private final AttentionKernel kernel;
+    private final KVStore kvStore;
+
+    private Engine(Builder b) {
+        this.registry = b.registry != null ? b.registry : PluginRegistry.load();
+        this.backend = registry.selectBackend(b.backend);
+        this.attention = registry.selectAttention(backend.id(), b.attention);
+        this.kvStore = registry.selectKVStore(b.kvStore);
+        this.device = backend.create(new BackendContext(b.threads));
+        this.kernel = attention.create(device);
+    }
+
+    /** {@return a builder} */
+    public static Builder builder() {
+        return new Builder();
+    }
+
+    /** {@return the registry in use} */
+    public PluginRegistry registry() {
+        return registry;
+    }
+
+    /** {@return the selected backend} */
+    public Backend backend() {
+        return backend;
+    }
+
+    /** {@return the open device} */
+    public ComputeDevice device() {
+        return device;
+    }
+
+    /** {@return the selected attention provider} */
+    public Attention attention() {
+        return attention;
+    }
+
+    /** {@return the selected KV store} */
+    public KVStore kvStore() {
+        return kvStore;
+    }
+
+    /**
+     * Loads a GGUF file (memory-mapped, not copied).
+     *
+     * @param model the file
+     * @return the model; close it to unmap
+     * @throws PrefillException if the file is malformed or needs a format no module provides
+     */
+    public LlamaModel load(Path model) {
+        return load(model, null);
+    }
+
+    /**
+     * Loads a GGUF file, or a llama2.c checkpoint when {@code tokenizer} is given and the file is not GGUF.
+     *
+     * @param model     the model file
+     * @param tokenizer llama2.c {@code tokenizer.bin}, or {@code null}
+     * @return the model; close it to unmap
+     */
+    public LlamaModel load(Path model, Path tokenizer) {
+        if (!Files.isRegularFile(model)) {
+            throw new PrefillException(PrefillException.Code.IO, model + ": no such file");
+        }
+        if (isGguf(model)) {
+            GgufFile f = GgufFile.open(model);
+            try {
+                return LlamaModel.bind(f, false, registry, f);
+            } catch (RuntimeException e) {
+                f.close();
+                throw e;
+            }
+        }
+        if (tokenizer == null) {
+            throw new PrefillException(PrefillException.Code.MODEL_FORMAT, model + ": not a GGUF file (no \"GGUF\" "
+                    + "magic); for a llama2.c checkpoint also pass its tokenizer.bin (--tokenizer)");
+        }
+        Llama2cCheckpoint ck = Llama2cCheckpoint.open(model, tokenizer);
+        try {
+            return LlamaModel.bind(ck, false, registry, ck);
+        } catch (RuntimeException e) {
+            ck.close();
+            throw e;
+        }
+    }
+
+    private static boolean isGguf(Path p) {
+        try (InputStream in = Files.newInputStream(p)) {
+            byte[] magic = in.readNBytes(4);
+            return magic.length == 4 && magic[0] == 'G' && magic[1] == 'G' && magic[2] == 'U' && magic[3] == 'F';
+        } catch (IOException e) {
+            throw new PrefillException(PrefillException.Code.IO, p + ": cannot read: " + e.getMessage(), e);
+        }
+    }
+
+    /**
+     * Generates a deterministic synthetic model in memory.
+     *
+     * @param shape    the geometry
+     * @param formatId the weight format id, e.g. {@code f16}
+     * @param seed     random seed
+     * @param progress fraction done, or {@code null}
+     * @return the model, labelled synthetic
+     */
+    public LlamaModel synthetic(SyntheticLlama.Shape shape, String formatId, long seed, DoubleConsumer progress) {
+        SyntheticLlama s = generateSynthetic(registry, shape, formatId, seed, progress);
+        try {
+            return LlamaModel.bind(s, true, registry, s);
+        } catch (RuntimeException e) {
+            s.close();
+            throw e;
+        }
+    }
+
+    /**
+     * Generates synthetic content with formats from {@code registry} (used by {@code synth} to write a file).
+     *
+     * @param registry where the formats come from
+     * @param shape    the geometry
+     * @param formatId weight format id
+     * @param seed     random seed
+     * @param progress fraction done, or {@code null}
+     * @return the content; close it to free its memory
+     */
+    public static SyntheticLlama generateSynthetic(PluginRegistry registry, SyntheticLlama.Shape shape, String formatId,
+                                                   long seed, DoubleConsumer progress) {
+        Quantizer format = registry.quantizer(formatId).orElseThrow(() -> new PrefillException(
+                PrefillException.Code.ARGUMENT, "no weight format '" + formatId + "'; found "
+                + registry.quantizers().keySet() + " (run 'prefill4j plugins')"));
+        Quantizer f32 = registry.quantizer("f32").orElseThrow(() -> new PrefillException(
+                PrefillException.Code.PLUGIN, "the built-in f32 format is missing; is module dev.prefill4j.engine intact?"));
+        return SyntheticLlama.generate(shape, format, f32, seed, progress);
+    }
+
+    /**
+     * Opens a session with an empty KV cache.
+     *
+     * @param model   the model
+     * @param options KV type, context and chunk sizes
+     * @return the session; close it to free the KV cache
+     */
+    public Session newSession(LlamaModel model, SessionOptions options) {
+        LlamaConfig c = model.config();
+        int capacity = options.contextLength() == 0 ? c.contextLength() : options.contextLength();
+        if (!kvStore.elementTypes().contains(options.kvType())) {
+            throw new PrefillException(PrefillException.Code.ARGUMENT, "KV store '" + kvStore.id() + "' does not hold "
+                    + options.kvType() + " elements; it holds " + kvStore.elementTypes());
+        }
+        KVConfig kv = new KVConfig(c.layers(), c.kvDim(), capacity, options.kvType(),
+                Math.min(options.pageSize(), capacity), options.kvOptions());
+        return new Session(model, device, kernel, kvStore.open(kv), capacity, Math.min(options.chunkSize(), capacity));
+    }
+
+    /** Closes the device. */
+    @Override
+    public void close() {
+        device.close();
+    }
+
+    /** Configures an {@link Engine}. @since 0.1 */
+    @Api.Stable
+    public static final class Builder {
+        private PluginRegistry registry;
+        private String backend;
+        private String attention;
+        private String kvStore;
+        private int threads = Runtime.getRuntime().availableProcessors();
+
+        private Builder() {
+        }
+
+        /** {@return this} @param registry use this registry instead of discovering one */
+        public Builder registry(PluginRegistry registry) {
+            this.registry = registry;
+            return this;
+        }
+
+        /** {@return this} @param id backend id, or {@code null} for automatic */
+        public Builder backend(String id) {
+            this.backend = id;
+            return this;
+        }
+
+        /** {@return this} @param id attention id, or {@code null} for automatic */
+        public Builder attention(String id) {
+            this.attention = id;
+            return this;
+        }
+
+        /** {@return this} @param id KV store id, or {@code null} for automatic */
+        public Builder kvStore(String id) {
+            this.kvStore = id;
+            return this;
+        }
+
+        /** {@return this} @param n worker threads (default: available processors) */
+        public Builder threads(int n) {
+            if (n < 1) {
+                throw new PrefillException(PrefillException.Code.ARGUMENT, "threads must be at least 1, got " + n);
+            }
+            this.threads = n;
+            return this;
+        }
+
+        /** {@return the engine} @throws PrefillException if no usable backend, kernel or store is found */
+        public Engine build() {
+            return new Engine(this);
+        }
+    }
+}

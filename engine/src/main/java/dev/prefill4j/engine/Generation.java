@@ -1,0 +1,29 @@
+package dev.prefill4j.engine;
+
+import dev.prefill4j.api.Api;
+
+/**
+ * The result of {@link Session#generate}.
+ *
+ * @param promptIds    the prompt's token ids (BOS included)
+ * @param generatedIds the generated ids
+ * @param text         the generated text
+ * @param promptLogits logits of every prompt position {@code [n_prompt][n_vocab]} when asked for, else {@code null}
+ * @param prefillNanos time spent in prefill
+ * @param decodeNanos  time spent generating (all decode steps)
+ * @since 0.1
+ */
+@Api.Stable
+public record Generation(int[] promptIds, int[] generatedIds, String text, float[] promptLogits, long prefillNanos,
+                         long decodeNanos) {
+    /** {@return prompt tokens per second} */
+    public double prefillTokensPerSecond() {
+        return prefillNanos == 0 ? 0 : promptIds.length * 1e9 / prefillNanos;
+    }
+
+    /** {@return generated tokens per second (the first token comes from prefill)} */
+    public double decodeTokensPerSecond() {
+        int steps = Math.max(0, generatedIds.length - 1);
+        return decodeNanos == 0 ? 0 : steps * 1e9 / decodeNanos;
+    }
+}

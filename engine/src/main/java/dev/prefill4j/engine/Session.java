@@ -1,0 +1,239 @@
+package dev.prefill4j.engine;
+
+import dev.prefill4j.api.Api;
+import dev.prefill4j.api.spi.AttentionKernel;
+import dev.prefill4j.api.spi.AttentionRequest;
+import dev.prefill4j.api.spi.ComputeDevice;
+import dev.prefill4j.api.spi.KVCache;
+import dev.prefill4j.api.spi.WeightMatrix;
+import dev.prefill4j.engine.model.LlamaConfig;
+import dev.prefill4j.engine.model.LlamaModel;
+import java.util.Arrays;
+import java.util.function.IntConsumer;
+
+/**
+ * One conversation with a model: a KV cache and a position. Runs the Llama forward pass:
+ * embedding; per layer RMSNorm, Q/K/V projections (one GEMM each over the whole chunk), RoPE, KV append,
+ * paged causal attention, output projection and residual, RMSNorm, gate/up projections, SwiGLU, down projection
+ * and residual; final RMSNorm and logits only for the rows asked for. Prefill runs in chunks of
+ * {@link SessionOptions#chunkSize()} tokens so activation memory stays bounded for long prompts.
+ *
+ * <p>Every layer's output is checked for NaN/Inf; the first one found fails with {@code P4J-NONFINITE} naming
+ * the layer and position. Not thread-safe; close it to free the KV cache.
+ *
+ * @since 0.1
+ */
+@Api.Stable
+public final class Session implements AutoCloseable {
+    private final LlamaModel model;
+    private final LlamaConfig c;
+    private final ComputeDevice device;
+    private final AttentionKernel attention;
+    private final KVCache cache;
+    private final int capacity;
+    private final int chunk;
+    private int position;
+    // Activation buffers, sized once for a full chunk.
+    private final float[] x;
+    private final float[] xb;
+    private final float[] q;
+    private final float[] k;
+    private final float[] v;
+    private final float[] att;
+    private final float[] gate;
+    private final float[] up;
+
+    Session(LlamaModel model, ComputeDevice device, AttentionKernel attention, KVCache cache, int capacity,
+            int chunk) {
+        this.model = model;
+        this.c = model.config();
+        this.device = device;
+        this.attention = attention;
+        this.cache = cache;
+        this.capacity = capacity;
+        this.chunk = chunk;
+        this.x = new float[chunk * c.dim()];
+        this.xb = new float[chunk * Math.max(c.dim(), c.qDim())];
+        this.q = new float[chunk * c.qDim()];
+        this.k = new float[chunk * c.kvDim()];
+        this.v = new float[chunk * c.kvDim()];
+        this.att = new float[chunk * c.qDim()];
+        this.gate = new float[chunk * c.ffnDim()];
+        this.up = new float[chunk * c.ffnDim()];
+    }
+
+    /** {@return positions processed so far} */
+    public int position() {
+        return position;
+    }
+
+    /** {@return the maximum positions this session holds} */
+    public int capacity() {
+        return capacity;
+    }
+
+    /** {@return the KV cache (for its statistics)} */
+    public KVCache cache() {
+        return cache;
+    }
+
+    /**
+     * Processes tokens at the current position.
+     *
+     * @param tokens    token ids
+     * @param allLogits whether to return logits of every token ({@code [n][vocab]}) or only the last ({@code [vocab]})
+     * @return the logits
+     * @throws PrefillException ({@code P4J-CONTEXT}) if the tokens do not fit, ({@code P4J-NONFINITE}) on NaN/Inf
+     */
+    public float[] prefill(int[] tokens, boolean allLogits) {
+        if (tokens.length == 0) {
+            throw new PrefillException(PrefillException.Code.ARGUMENT, "nothing to prefill: the prompt has no tokens");
+        }
+        if ((long) position + tokens.length > capacity) {
+            throw new PrefillException(PrefillException.Code.CONTEXT, tokens.length + " tokens at position "
+                    + position + " exceed the context of " + capacity + " positions; shorten the prompt or raise "
+                    + "the context length (-c)");
+        }
+        for (int id : tokens) {
+            if (id < 0 || id >= c.vocab()) {
+                throw new PrefillException(PrefillException.Code.ARGUMENT,
+                        "token id " + id + " is outside the vocabulary of " + c.vocab());
+            }
+        }
+        float[] logits = new float[(allLogits ? tokens.length : 1) * c.vocab()];
+        for (int start = 0; start < tokens.length; start += chunk) {
+            int n = Math.min(chunk, tokens.length - start);
+            boolean last = start + n == tokens.length;
+            forward(tokens, start, n);
+            if (allLogits) {
+                logits(0, n, logits, start);
+            } else if (last) {
+                logits(n - 1, 1, logits, 0);
+            }
+        }
+        return logits;
+    }
+
+    /**
+     * Processes one token; {@code prefill(new int[] {token}, false)}.
+     *
+     * @param token the token id
+     * @return the logits of that position
+     */
+    public float[] decode(int token) {
+        return prefill(new int[] {token}, false);
+    }
+
+    /**
+     * Encodes a prompt, prefills it, then samples {@code maxTokens} tokens (stopping early at EOS unless
+     * {@code ignoreEos}).
+     *
+     * @param prompt      the text
+     * @param maxTokens   tokens to generate
+     * @param sampler     how to pick them
+     * @param ignoreEos   keep going after EOS
+     * @param keepLogits  return the logits of every prompt position
+     * @param onToken     called with each generated id as soon as it is known; may be {@code null}
+     * @return ids, text and timings
+     */
+    public Generation generate(String prompt, int maxTokens, Sampler sampler, boolean ignoreEos, boolean keepLogits,
+                               IntConsumer onToken) {
+        int[] ids = model.tokenizer().encode(prompt);
+        if ((long) position + ids.length + maxTokens > capacity) {
+            throw new PrefillException(PrefillException.Code.CONTEXT, "the prompt (" + ids.length + " tokens) plus "
+                    + maxTokens + " to generate exceed the context of " + capacity + " positions; shorten the prompt, "
+                    + "lower -n or raise -c");
+        }
+        long t0 = System.nanoTime();
+        float[] logits = prefill(ids, keepLogits);
+        long t1 = System.nanoTime();
+        float[] last = keepLogits ? Arrays.copyOfRange(logits, (ids.length - 1) * c.vocab(), ids.length * c.vocab())
+                : logits;
+        int[] out = new int[maxTokens];
+        int produced = 0;
+        for (int i = 0; i < maxTokens; i++) {
+            int next = sampler.sample(last);
+            out[produced++] = next;
+            if (onToken != null) {
+                onToken.accept(next);
+            }
+            if ((next == model.tokenizer().eos() && !ignoreEos) || i == maxTokens - 1) {
+                break;
+            }
+            last = decode(next);
+        }
+        long t2 = System.nanoTime();
+        int[] gen = Arrays.copyOf(out, produced);
+        return new Generation(ids, gen, model.tokenizer().decode(gen), keepLogits ? logits : null, t1 - t0, t2 - t1);
+    }
+
+    private void forward(int[] tokens, int start, int n) {
+        int dim = c.dim();
+        WeightMatrix emb = model.embedding();
+        for (int t = 0; t < n; t++) {
+            emb.format().decode(emb.data(), emb.rowBytes() * tokens[start + t], x, t * dim, dim);
+        }
+        int pos = position;
+        for (int l = 0; l < c.layers(); l++) {
+            LlamaModel.Layer w = model.layer(l);
+            device.rmsNorm(x, n, w.attnNorm(), c.rmsEps(), xb);
+            device.matmul(w.wq(), xb, n, q);
+            device.matmul(w.wk(), xb, n, k);
+            device.matmul(w.wv(), xb, n, v);
+            device.rope(q, n, c.heads(), c.headDim(), c.ropeDim(), pos, c.ropeBase());
+            device.rope(k, n, c.kvHeads(), c.headDim(), c.ropeDim(), pos, c.ropeBase());
+            cache.append(l, pos, n, k, v);
+            attention.attend(new AttentionRequest(q, n, pos, cache, l, c.heads(), c.kvHeads(), c.headDim(),
+                    (float) (1.0 / Math.sqrt(c.headDim())), att));
+            device.matmul(w.wo(), att, n, xb);
+            addInPlace(x, xb, n * dim);
+            device.rmsNorm(x, n, w.ffnNorm(), c.rmsEps(), xb);
+            device.matmul(w.gate(), xb, n, gate);
+            device.matmul(w.up(), xb, n, up);
+            device.swiglu(gate, up, n * c.ffnDim());
+            device.matmul(w.down(), gate, n, xb);
+            addInPlace(x, xb, n * dim);
+            checkFinite(x, n, dim, "output of layer " + l, pos);
+        }
+        position = pos + n;
+    }
+
+    /** Final norm and output projection for rows {@code [from, from+rows)} of the last chunk. */
+    private void logits(int from, int rows, float[] out, int outRow) {
+        int dim = c.dim();
+        int vocab = c.vocab();
+        float[] normed = new float[rows * dim];
+        System.arraycopy(x, from * dim, normed, 0, rows * dim);
+        device.rmsNorm(normed, rows, model.outputNorm(), c.rmsEps(), normed);
+        float[] result = outRow == 0 && out.length == rows * vocab ? out : new float[rows * vocab];
+        device.matmul(model.output(), normed, rows, result);
+        if (result != out) {
+            System.arraycopy(result, 0, out, outRow * vocab, rows * vocab);
+        }
+        checkFinite(result, rows, vocab, "logits", position - (from == 0 && rows > 1 ? rows : 1));
+    }
+
+    private static void addInPlace(float[] a, float[] b, int n) {
+        for (int i = 0; i < n; i++) {
+            a[i] += b[i];
+        }
+    }
+
+    private static void checkFinite(float[] a, int rows, int width, String what, int firstPos) {
+        for (int r = 0; r < rows; r++) {
+            for (int i = r * width, end = i + width; i < end; i++) {
+                if (!Float.isFinite(a[i])) {
+                    throw new PrefillException(PrefillException.Code.NON_FINITE, (Float.isNaN(a[i]) ? "NaN" : "Inf")
+                            + " in " + what + " at position " + (firstPos + r) + ", element " + (i - r * width)
+                            + "; the model's weights or the input are broken");
+                }
+            }
+        }
+    }
+
+    /** Frees the KV cache. */
+    @Override
+    public void close() {
+        cache.close();
+    }
+}

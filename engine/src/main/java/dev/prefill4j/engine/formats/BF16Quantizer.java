@@ -1,0 +1,59 @@
+package dev.prefill4j.engine.formats;
+
+import dev.prefill4j.api.ApiVersion;
+import dev.prefill4j.api.spi.Quantizer;
+import java.lang.foreign.MemorySegment;
+import java.util.OptionalInt;
+
+/**
+ * bfloat16 weights (GGUF type 30): the upper 16 bits of a binary32. Encoding follows ggml's
+ * {@code ggml_compute_fp32_to_bf16} (ggml-impl.h): round to nearest even, NaN kept quiet.
+ */
+public final class BF16Quantizer implements Quantizer {
+    @Override public String id() { return "bf16"; }
+    @Override public String apiVersion() { return ApiVersion.CURRENT; }
+    @Override public String description() { return "bfloat16, GGUF type 30"; }
+    @Override public int blockSize() { return 1; }
+    @Override public int blockBytes() { return 2; }
+    @Override public OptionalInt ggufType() { return OptionalInt.of(30); }
+
+    static float toFloat(short bits) {
+        return Float.intBitsToFloat((bits & 0xFFFF) << 16);
+    }
+
+    static short fromFloat(float f) {
+        int bits = Float.floatToRawIntBits(f);
+        if ((bits & 0x7FFFFFFF) > 0x7F800000) {
+            return (short) ((bits >>> 16) | 64);
+        }
+        return (short) ((bits + (0x7FFF + ((bits >>> 16) & 1))) >>> 16);
+    }
+
+    @Override
+    public void decode(MemorySegment src, long offset, float[] dst, int dstOffset, int count) {
+        for (int i = 0; i < count; i++) {
+            dst[dstOffset + i] = toFloat(src.get(Layouts.I16, offset + 2L * i));
+        }
+    }
+
+    @Override
+    public void encode(float[] src, int srcOffset, int count, MemorySegment dst, long offset) {
+        for (int i = 0; i < count; i++) {
+            dst.set(Layouts.I16, offset + 2L * i, fromFloat(src[srcOffset + i]));
+        }
+    }
+
+    @Override
+    public float dot(MemorySegment src, long offset, float[] x, int xOffset, int count) {
+        float s0 = 0, s1 = 0;
+        int i = 0;
+        for (; i + 2 <= count; i += 2) {
+            s0 += toFloat(src.get(Layouts.I16, offset + 2L * i)) * x[xOffset + i];
+            s1 += toFloat(src.get(Layouts.I16, offset + 2L * i + 2)) * x[xOffset + i + 1];
+        }
+        for (; i < count; i++) {
+            s0 += toFloat(src.get(Layouts.I16, offset + 2L * i)) * x[xOffset + i];
+        }
+        return s0 + s1;
+    }
+}

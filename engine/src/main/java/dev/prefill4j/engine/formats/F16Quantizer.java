@@ -1,0 +1,47 @@
+package dev.prefill4j.engine.formats;
+
+import dev.prefill4j.api.ApiVersion;
+import dev.prefill4j.api.spi.Quantizer;
+import java.lang.foreign.MemorySegment;
+import java.util.OptionalInt;
+
+/**
+ * IEEE binary16 weights (GGUF type 1). Encoding rounds to nearest even, as ggml's
+ * {@code ggml_compute_fp32_to_fp16} does (FORMATS.md §0); {@link Float#floatToFloat16} matches it.
+ */
+public final class F16Quantizer implements Quantizer {
+    @Override public String id() { return "f16"; }
+    @Override public String apiVersion() { return ApiVersion.CURRENT; }
+    @Override public String description() { return "IEEE float16, GGUF type 1"; }
+    @Override public int blockSize() { return 1; }
+    @Override public int blockBytes() { return 2; }
+    @Override public OptionalInt ggufType() { return OptionalInt.of(1); }
+
+    @Override
+    public void decode(MemorySegment src, long offset, float[] dst, int dstOffset, int count) {
+        for (int i = 0; i < count; i++) {
+            dst[dstOffset + i] = Float.float16ToFloat(src.get(Layouts.I16, offset + 2L * i));
+        }
+    }
+
+    @Override
+    public void encode(float[] src, int srcOffset, int count, MemorySegment dst, long offset) {
+        for (int i = 0; i < count; i++) {
+            dst.set(Layouts.I16, offset + 2L * i, Float.floatToFloat16(src[srcOffset + i]));
+        }
+    }
+
+    @Override
+    public float dot(MemorySegment src, long offset, float[] x, int xOffset, int count) {
+        float s0 = 0, s1 = 0;
+        int i = 0;
+        for (; i + 2 <= count; i += 2) {
+            s0 += Float.float16ToFloat(src.get(Layouts.I16, offset + 2L * i)) * x[xOffset + i];
+            s1 += Float.float16ToFloat(src.get(Layouts.I16, offset + 2L * i + 2)) * x[xOffset + i + 1];
+        }
+        for (; i < count; i++) {
+            s0 += Float.float16ToFloat(src.get(Layouts.I16, offset + 2L * i)) * x[xOffset + i];
+        }
+        return s0 + s1;
+    }
+}

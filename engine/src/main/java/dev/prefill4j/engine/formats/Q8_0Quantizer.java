@@ -1,0 +1,80 @@
+package dev.prefill4j.engine.formats;
+
+import dev.prefill4j.api.ApiVersion;
+import dev.prefill4j.api.spi.Quantizer;
+import java.lang.foreign.MemorySegment;
+import java.util.OptionalInt;
+
+/**
+ * GGUF Q8_0 (type 8): blocks of 32 int8 with one fp16 scale, 34 bytes: {@code d} at bytes 0-1, {@code qs[32]}
+ * at 2-33; {@code y[j] = qs[j] * d} (FORMATS.md §1, from ggml-common.h {@code block_q8_0}).
+ *
+ * <p>The encoder is llama.cpp's reference {@code quantize_row_q8_0_ref}: {@code d = max|x| / 127}, the
+ * reciprocal taken from the fp32 {@code d} (not the fp16-rounded one), {@code qs = roundf(x / d)} rounding
+ * half away from zero.
+ */
+public final class Q8_0Quantizer implements Quantizer {
+    static final int QK = 32;
+    static final int BLOCK_BYTES = 34;
+
+    @Override public String id() { return "q8_0"; }
+    @Override public String apiVersion() { return ApiVersion.CURRENT; }
+    @Override public String description() { return "GGUF Q8_0: 32 x int8 + fp16 scale, 8.5 bits/weight, type 8"; }
+    @Override public int blockSize() { return QK; }
+    @Override public int blockBytes() { return BLOCK_BYTES; }
+    @Override public OptionalInt ggufType() { return OptionalInt.of(8); }
+
+    @Override
+    public void decode(MemorySegment src, long offset, float[] dst, int dstOffset, int count) {
+        Layouts.checkCount(count, QK, id());
+        for (int b = 0; b < count / QK; b++) {
+            long o = offset + (long) b * BLOCK_BYTES;
+            float d = Float.float16ToFloat(src.get(Layouts.I16, o));
+            int base = dstOffset + b * QK;
+            for (int j = 0; j < QK; j++) {
+                dst[base + j] = src.get(Layouts.I8, o + 2 + j) * d;
+            }
+        }
+    }
+
+    @Override
+    public void encode(float[] src, int srcOffset, int count, MemorySegment dst, long offset) {
+        Layouts.checkCount(count, QK, id());
+        for (int b = 0; b < count / QK; b++) {
+            int base = srcOffset + b * QK;
+            float amax = 0;
+            for (int j = 0; j < QK; j++) {
+                amax = Math.max(amax, Math.abs(src[base + j]));
+            }
+            float d = amax / 127f;
+            float id = d != 0 ? 1f / d : 0f;
+            long o = offset + (long) b * BLOCK_BYTES;
+            dst.set(Layouts.I16, o, Float.floatToFloat16(d));
+            for (int j = 0; j < QK; j++) {
+                dst.set(Layouts.I8, o + 2 + j, (byte) roundHalfAway(src[base + j] * id));
+            }
+        }
+    }
+
+    /** C {@code roundf}: half away from zero (FORMATS.md §0; {@code Math.round} would round half up). */
+    static int roundHalfAway(float v) {
+        return (int) Math.copySign(Math.floor(Math.abs((double) v) + 0.5), v);
+    }
+
+    @Override
+    public float dot(MemorySegment src, long offset, float[] x, int xOffset, int count) {
+        Layouts.checkCount(count, QK, id());
+        float sum = 0;
+        for (int b = 0; b < count / QK; b++) {
+            long o = offset + (long) b * BLOCK_BYTES;
+            float d = Float.float16ToFloat(src.get(Layouts.I16, o));
+            int base = xOffset + b * QK;
+            float s = 0;
+            for (int j = 0; j < QK; j++) {
+                s += src.get(Layouts.I8, o + 2 + j) * x[base + j];
+            }
+            sum += s * d;
+        }
+        return sum;
+    }
+}

@@ -1,0 +1,192 @@
+package dev.prefill4j.engine.model;
+
+import dev.prefill4j.api.Api;
+import dev.prefill4j.api.spi.Quantizer;
+import dev.prefill4j.api.spi.WeightMatrix;
+import dev.prefill4j.engine.gguf.GgufContent;
+import dev.prefill4j.engine.gguf.GgufTensor;
+import dev.prefill4j.engine.registry.PluginRegistry;
+import dev.prefill4j.engine.tokenizer.Tokenizer;
+import java.util.Arrays;
+
+/**
+ * A loaded Llama-family model: configuration, tokenizer, and every weight bound to the format that decodes
+ * it. Weights stay where the content keeps them (the file mapping, or synthetic off-heap memory); only the
+ * small norm vectors are decoded to {@code float[]}.
+ *
+ * <p>Immutable and thread-safe; closing it releases the content (unmaps the file).
+ *
+ * @since 0.1
+ */
+@Api.Stable
+public final class LlamaModel implements AutoCloseable {
+    private final String source;
+    private final boolean synthetic;
+    private final LlamaConfig config;
+    private final Tokenizer tokenizer;
+    private final WeightMatrix embedding;
+    private final WeightMatrix output;
+    private final float[] outputNorm;
+    private final Layer[] layers;
+    private final AutoCloseable resource;
+    private final GgufContent content;
+
+    /**
+     * One transformer block's weights.
+     *
+     * @param attnNorm RMSNorm gains before attention
+     * @param wq       query projection {@code [qDim][dim]}
+     * @param wk       key projection {@code [kvDim][dim]}
+     * @param wv       value projection {@code [kvDim][dim]}
+     * @param wo       output projection {@code [dim][qDim]}
+     * @param ffnNorm  RMSNorm gains before the feed-forward
+     * @param gate     {@code [ffn][dim]}
+     * @param up       {@code [ffn][dim]}
+     * @param down     {@code [dim][ffn]}
+     * @since 0.1
+     */
+    @Api.Stable
+    public record Layer(float[] attnNorm, WeightMatrix wq, WeightMatrix wk, WeightMatrix wv, WeightMatrix wo,
+                        float[] ffnNorm, WeightMatrix gate, WeightMatrix up, WeightMatrix down) {
+    }
+
+    private LlamaModel(GgufContent content, boolean synthetic, PluginRegistry registry, AutoCloseable resource) {
+        this.content = content;
+        this.source = content.source();
+        this.synthetic = synthetic;
+        this.resource = resource;
+        this.config = LlamaConfig.from(content);
+        this.tokenizer = Tokenizer.fromGguf(content);
+        if (tokenizer.size() != config.vocab()) {
+            throw content.fail("vocabulary has " + tokenizer.size() + " tokens but llama.vocab_size is " + config.vocab());
+        }
+        LlamaConfig c = config;
+        this.embedding = matrix(registry, "token_embd.weight", c.dim(), c.vocab());
+        this.output = content.tensor("output.weight").isPresent()
+                ? matrix(registry, "output.weight", c.dim(), c.vocab()) : embedding;
+        this.outputNorm = vector(registry, "output_norm.weight", c.dim());
+        this.layers = new Layer[c.layers()];
+        for (int l = 0; l < c.layers(); l++) {
+            String p = "blk." + l + ".";
+            layers[l] = new Layer(vector(registry, p + "attn_norm.weight", c.dim()),
+                    matrix(registry, p + "attn_q.weight", c.dim(), c.qDim()),
+                    matrix(registry, p + "attn_k.weight", c.dim(), c.kvDim()),
+                    matrix(registry, p + "attn_v.weight", c.dim(), c.kvDim()),
+                    matrix(registry, p + "attn_output.weight", c.qDim(), c.dim()),
+                    vector(registry, p + "ffn_norm.weight", c.dim()),
+                    matrix(registry, p + "ffn_gate.weight", c.dim(), c.ffnDim()),
+                    matrix(registry, p + "ffn_up.weight", c.dim(), c.ffnDim()),
+                    matrix(registry, p + "ffn_down.weight", c.ffnDim(), c.dim()));
+        }
+    }
+
+    /**
+     * Binds a model's weights to the formats of {@code registry}.
+     *
+     * @param content   GGUF-shaped content
+     * @param synthetic whether the weights are generated (labelled so in every output)
+     * @param registry  where formats come from
+     * @param resource  closed with the model (the mapping), or {@code null}
+     * @return the model
+     * @throws dev.prefill4j.engine.PrefillException for a missing key or tensor, a wrong shape, or a format no
+     *                                               module provides (naming the module to add)
+     */
+    public static LlamaModel bind(GgufContent content, boolean synthetic, PluginRegistry registry,
+                                  AutoCloseable resource) {
+        return new LlamaModel(content, synthetic, registry, resource);
+    }
+
+    private GgufTensor tensor(String name, long... ne) {
+        GgufTensor t = content.tensor(name).orElseThrow(() -> content.fail("missing required tensor '" + name + "'"));
+        long[] expect = ne[ne.length - 1] == 1 ? Arrays.copyOf(ne, ne.length - 1) : ne;
+        if (!Arrays.equals(t.ne(), expect)) {
+            throw content.fail("tensor '" + name + "' has shape " + t.shape() + ", expected " + Arrays.toString(expect));
+        }
+        return t;
+    }
+
+    private WeightMatrix matrix(PluginRegistry registry, String name, int cols, int rows) {
+        GgufTensor t = tensor(name, cols, rows);
+        Quantizer q = registry.requireFormat(t.type(), name);
+        return new WeightMatrix(name, q, t.data(), rows, cols);
+    }
+
+    private float[] vector(PluginRegistry registry, String name, int n) {
+        GgufTensor t = tensor(name, n, 1);
+        float[] v = new float[n];
+        registry.requireFormat(t.type(), name).decode(t.data(), 0, v, 0, n);
+        return v;
+    }
+
+    /** {@return where the model came from} */
+    public String source() {
+        return source;
+    }
+
+    /** {@return whether the weights are synthetic (random), not a trained model} */
+    public boolean synthetic() {
+        return synthetic;
+    }
+
+    /** {@return the hyper-parameters} */
+    public LlamaConfig config() {
+        return config;
+    }
+
+    /** {@return the tokenizer} */
+    public Tokenizer tokenizer() {
+        return tokenizer;
+    }
+
+    /** {@return the token embedding, {@code [vocab][dim]}} */
+    public WeightMatrix embedding() {
+        return embedding;
+    }
+
+    /** {@return the output projection, {@code [vocab][dim]} (the embedding when tied)} */
+    public WeightMatrix output() {
+        return output;
+    }
+
+    /** {@return the final RMSNorm gains} */
+    public float[] outputNorm() {
+        return outputNorm;
+    }
+
+    /** {@return block {@code l}} @param l layer index */
+    public Layer layer(int l) {
+        return layers[l];
+    }
+
+    /** {@return the content the model was bound from} */
+    public GgufContent content() {
+        return content;
+    }
+
+    /** {@return bytes of weights (as stored)} */
+    public long weightBytes() {
+        return content.tensors().stream().mapToLong(t -> t.data().byteSize()).sum();
+    }
+
+    /** {@return e.g. "f32", or "mixed(q8_0,f16)"} */
+    public String formatSummary() {
+        java.util.Set<String> ids = new java.util.TreeSet<>();
+        for (Layer l : layers) {
+            for (WeightMatrix w : new WeightMatrix[] {l.wq(), l.wk(), l.wv(), l.wo(), l.gate(), l.up(), l.down()}) {
+                ids.add(w.format().id());
+            }
+        }
+        return ids.size() == 1 ? ids.iterator().next() : "mixed" + ids;
+    }
+
+    @Override
+    public void close() {
+        if (resource != null) {
+            try {
+                resource.close();
+            } catch (Exception e) {
+                throw new IllegalStateException("closing " + source + " failed", e);
+            }
+        }
+    }
+}

@@ -1,0 +1,309 @@
+package dev.prefill4j.engine.tokenizer;
+
+import dev.prefill4j.api.Api;
+import dev.prefill4j.engine.PrefillException;
+import dev.prefill4j.engine.gguf.GgufArray;
+import dev.prefill4j.engine.gguf.GgufContent;
+import dev.prefill4j.engine.gguf.GgufValue;
+import java.io.ByteArrayOutputStream;
+import java.nio.charset.StandardCharsets;
+import java.util.Arrays;
+import java.util.HashMap;
+import java.util.Map;
+import java.util.PriorityQueue;
+
+/**
+ * A SentencePiece-style tokenizer: pieces with scores, byte fallback, BOS/EOS.
+ *
+ * <p><b>Encoding</b> (the algorithm of llama.cpp's SPM tokenizer and of llama2.c's {@code encode}; FORMATS.md §8):
+ * a space is prepended when the vocabulary asks for a dummy prefix, spaces become {@code U+2581}, the text is
+ * split into code points, then the adjacent pair whose concatenation is a piece with the <em>highest score</em>
+ * is merged, repeatedly (ties: the leftmost pair). A code point that is no piece becomes its UTF-8 bytes as
+ * {@code <0xHH>} byte tokens. <b>Decoding</b> maps {@code U+2581} back to a space, byte tokens to raw bytes, and
+ * control tokens (BOS, EOS) to nothing.
+ *
+ * <p>Immutable and thread-safe.
+ *
+ * @since 0.1
+ */
+@Api.Stable
+public final class Tokenizer {
+    /** SentencePiece's visible space, U+2581. */
+    public static final String SPACE = "\u2581";
+    /** GGUF {@code token_type} values (FORMATS.md §7). */
+    static final int NORMAL = 1;
+    static final int UNKNOWN = 2;
+    static final int CONTROL = 3;
+    static final int BYTE = 6;
+
+    private final String[] pieces;
+    private final float[] scores;
+    private final int[] types;
+    private final Map<String, Integer> index;
+    private final int[] byteTokens = new int[256];
+    private final int bos;
+    private final int eos;
+    private final int unk;
+    private final boolean addBos;
+    private final boolean addSpacePrefix;
+
+    /**
+     * Creates a tokenizer from its vocabulary.
+     *
+     * @param pieces         token pieces, spaces written as {@link #SPACE}
+     * @param scores         merge scores, one per piece
+     * @param types          GGUF token types, one per piece
+     * @param bos            BOS id, or -1
+     * @param eos            EOS id, or -1
+     * @param unk            unknown-token id, or -1
+     * @param addBos         whether {@link #encode(String)} starts with BOS
+     * @param addSpacePrefix whether a space is prepended before encoding
+     */
+    public Tokenizer(String[] pieces, float[] scores, int[] types, int bos, int eos, int unk, boolean addBos,
+                     boolean addSpacePrefix) {
+        if (scores.length != pieces.length || types.length != pieces.length) {
+            throw new IllegalArgumentException("vocabulary arrays differ in length: " + pieces.length + " pieces, "
+                    + scores.length + " scores, " + types.length + " types");
+        }
+        this.pieces = pieces.clone();
+        this.scores = scores.clone();
+        this.types = types.clone();
+        this.bos = bos;
+        this.eos = eos;
+        this.unk = unk;
+        this.addBos = addBos;
+        this.addSpacePrefix = addSpacePrefix;
+        this.index = new HashMap<>(pieces.length * 2);
+        Arrays.fill(byteTokens, -1);
+        for (int i = 0; i < pieces.length; i++) {
+            if (types[i] == BYTE || isBytePiece(pieces[i])) {
+                int b = parseByte(pieces[i]);
+                if (b >= 0 && byteTokens[b] < 0) {
+                    byteTokens[b] = i;
+                }
+            }
+            if (types[i] != CONTROL && types[i] != BYTE) {
+                index.putIfAbsent(pieces[i], i);
+            }
+        }
+    }
+
+    private static boolean isBytePiece(String p) {
+        return p.length() == 6 && p.startsWith("<0x") && p.endsWith(">");
+    }
+
+    private static int parseByte(String p) {
+        if (!isBytePiece(p)) {
+            return -1;
+        }
+        try {
+            return Integer.parseInt(p.substring(3, 5), 16);
+        } catch (NumberFormatException e) {
+            return -1;
+        }
+    }
+
+    /**
+     * Reads a {@code llama} (SentencePiece) vocabulary from GGUF metadata.
+     *
+     * @param gguf the model
+     * @return the tokenizer
+     * @throws PrefillException if the vocabulary is missing, of another kind, or inconsistent
+     */
+    public static Tokenizer fromGguf(GgufContent gguf) {
+        String model = gguf.requireString("tokenizer.ggml.model");
+        if (!model.equals("llama")) {
+            throw gguf.fail("tokenizer model '" + model + "' is not supported yet (supported: 'llama', the "
+                    + "SentencePiece-style vocabulary)");
+        }
+        GgufArray tokens = gguf.requireArray("tokenizer.ggml.tokens");
+        if (!(tokens.values() instanceof String[] pieces)) {
+            throw gguf.fail("tokenizer.ggml.tokens must be an array of strings");
+        }
+        float[] scores = new float[pieces.length];
+        gguf.get("tokenizer.ggml.scores").ifPresent(v -> {
+            if (!(v.value() instanceof GgufArray a) || !(a.values() instanceof float[] f) || f.length != pieces.length) {
+                throw gguf.fail("tokenizer.ggml.scores must be " + pieces.length + " f32 values");
+            }
+            System.arraycopy(f, 0, scores, 0, f.length);
+        });
+        int[] types = new int[pieces.length];
+        Arrays.fill(types, NORMAL);
+        gguf.get("tokenizer.ggml.token_type").ifPresent(v -> {
+            if (!(v.value() instanceof GgufArray a) || !(a.values() instanceof int[] t) || t.length != pieces.length) {
+                throw gguf.fail("tokenizer.ggml.token_type must be " + pieces.length + " integers");
+            }
+            System.arraycopy(t, 0, types, 0, t.length);
+        });
+        int bos = (int) gguf.getLong("tokenizer.ggml.bos_token_id", 1);
+        int eos = (int) gguf.getLong("tokenizer.ggml.eos_token_id", 2);
+        int unk = (int) gguf.getLong("tokenizer.ggml.unknown_token_id", 0);
+        for (int id : new int[] {bos, eos, unk}) {
+            if (id < -1 || id >= pieces.length) {
+                throw gguf.fail("special token id " + id + " is outside the vocabulary of " + pieces.length);
+            }
+        }
+        boolean addBos = gguf.get("tokenizer.ggml.add_bos_token").map(GgufValue::value)
+                .map(Boolean.TRUE::equals).orElse(true);
+        boolean prefix = gguf.get("tokenizer.ggml.add_space_prefix").map(GgufValue::value)
+                .map(Boolean.TRUE::equals).orElse(true);
+        return new Tokenizer(pieces, scores, types, bos, eos, unk, addBos, prefix);
+    }
+
+    /** {@return the vocabulary size} */
+    public int size() {
+        return pieces.length;
+    }
+
+    /** {@return the BOS id, or -1} */
+    public int bos() {
+        return bos;
+    }
+
+    /** {@return the EOS id, or -1} */
+    public int eos() {
+        return eos;
+    }
+
+    /** {@return the piece of {@code id} as stored} @param id token id */
+    public String piece(int id) {
+        return pieces[id];
+    }
+
+    /** {@return the score of {@code id}} @param id token id */
+    public float score(int id) {
+        return scores[id];
+    }
+
+    /** {@return the GGUF token type of {@code id}} @param id token id */
+    public int type(int id) {
+        return types[id];
+    }
+
+    /** {@return the token ids of {@code text}, with BOS first if the vocabulary asks for it} @param text input */
+    public int[] encode(String text) {
+        return encode(text, addBos);
+    }
+
+    /**
+     * Encodes text.
+     *
+     * @param text    the input
+     * @param withBos whether to start with BOS
+     * @return the token ids
+     */
+    public int[] encode(String text, boolean withBos) {
+        IntList out = new IntList();
+        if (withBos && bos >= 0) {
+            out.add(bos);
+        }
+        if (text.isEmpty()) {
+            return out.toArray();
+        }
+        String norm = ((addSpacePrefix ? " " : "") + text).replace(" ", SPACE);
+        // Symbols: a doubly linked list over the code points.
+        int n = norm.codePointCount(0, norm.length());
+        String[] sym = new String[n];
+        int[] prev = new int[n];
+        int[] next = new int[n];
+        for (int i = 0, off = 0; i < n; i++) {
+            int cp = norm.codePointAt(off);
+            int len = Character.charCount(cp);
+            sym[i] = norm.substring(off, off + len);
+            off += len;
+            prev[i] = i - 1;
+            next[i] = i + 1 < n ? i + 1 : -1;
+        }
+        record Pair(int left, int right, String text, float score) {
+        }
+        PriorityQueue<Pair> queue = new PriorityQueue<>((a, b) -> a.score != b.score
+                ? Float.compare(b.score, a.score) : Integer.compare(a.left, b.left));
+        java.util.function.BiConsumer<Integer, Integer> offer = (l, r) -> {
+            if (l < 0 || r < 0) {
+                return;
+            }
+            String joined = sym[l] + sym[r];
+            Integer id = index.get(joined);
+            if (id != null) {
+                queue.add(new Pair(l, r, joined, scores[id]));
+            }
+        };
+        for (int i = 0; i + 1 < n; i++) {
+            offer.accept(i, i + 1);
+        }
+        while (!queue.isEmpty()) {
+            Pair p = queue.poll();
+            // Skip pairs made stale by an earlier merge.
+            if (sym[p.left] == null || sym[p.right] == null || next[p.left] != p.right
+                    || !(sym[p.left] + sym[p.right]).equals(p.text)) {
+                continue;
+            }
+            sym[p.left] = p.text;
+            sym[p.right] = null;
+            next[p.left] = next[p.right];
+            if (next[p.right] >= 0) {
+                prev[next[p.right]] = p.left;
+            }
+            offer.accept(prev[p.left], p.left);
+            offer.accept(p.left, next[p.left]);
+        }
+        for (int i = 0; i >= 0; i = next[i]) {
+            Integer id = index.get(sym[i]);
+            if (id != null) {
+                out.add(id);
+                continue;
+            }
+            for (byte b : sym[i].getBytes(StandardCharsets.UTF_8)) {
+                int t = byteTokens[b & 0xFF];
+                out.add(t >= 0 ? t : unk);
+            }
+        }
+        return out.toArray();
+    }
+
+    /**
+     * {@return the raw bytes a token stands for}: byte tokens give their byte, control tokens nothing, other
+     * pieces their UTF-8 with {@link #SPACE} as a space.
+     *
+     * @param id token id
+     */
+    public byte[] bytes(int id) {
+        if (id < 0 || id >= pieces.length) {
+            throw new IllegalArgumentException("token id " + id + " is outside the vocabulary of " + pieces.length);
+        }
+        if (types[id] == CONTROL) {
+            return new byte[0];
+        }
+        int b = types[id] == BYTE || isBytePiece(pieces[id]) ? parseByte(pieces[id]) : -1;
+        if (b >= 0) {
+            return new byte[] {(byte) b};
+        }
+        return pieces[id].replace(SPACE, " ").getBytes(StandardCharsets.UTF_8);
+    }
+
+    /** {@return the text of a token sequence} @param ids token ids */
+    public String decode(int[] ids) {
+        ByteArrayOutputStream out = new ByteArrayOutputStream();
+        for (int id : ids) {
+            out.writeBytes(bytes(id));
+        }
+        return out.toString(StandardCharsets.UTF_8);
+    }
+
+    /** A growable int array. */
+    private static final class IntList {
+        private int[] a = new int[16];
+        private int n;
+
+        void add(int v) {
+            if (n == a.length) {
+                a = Arrays.copyOf(a, n * 2);
+            }
+            a[n++] = v;
+        }
+
+        int[] toArray() {
+            return Arrays.copyOf(a, n);
+        }
+    }
+}
