@@ -109,11 +109,11 @@ public final class GgufFile implements GgufContent, AutoCloseable {
         long kvCount = in.u64();
         // Every KV takes at least 8 (key length) + 4 (type) + 1 bytes; every tensor info at least 8+4+8+4+8.
         if (Long.compareUnsigned(kvCount, in.remaining() / 13) > 0) {
-            throw in.fail("header claims " + Long.toUnsignedString(kvCount) + " metadata keys but only "
+            throw in.fail("truncated or corrupt: header claims " + Long.toUnsignedString(kvCount) + " metadata keys but only "
                     + in.remaining() + " bytes follow");
         }
         if (Long.compareUnsigned(tensorCount, in.remaining() / 32) > 0) {
-            throw in.fail("header claims " + Long.toUnsignedString(tensorCount) + " tensors but only "
+            throw in.fail("truncated or corrupt: header claims " + Long.toUnsignedString(tensorCount) + " tensors but only "
                     + in.remaining() + " bytes follow");
         }
         Map<String, GgufValue> metadata = new LinkedHashMap<>();

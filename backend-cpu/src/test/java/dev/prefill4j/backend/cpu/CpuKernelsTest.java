@@ -1,0 +1,237 @@
+package dev.prefill4j.backend.cpu;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import dev.prefill4j.api.ApiVersion;
+import dev.prefill4j.api.spi.AttentionKernel;
+import dev.prefill4j.api.spi.AttentionRequest;
+import dev.prefill4j.api.spi.BackendContext;
+import dev.prefill4j.api.spi.ComputeDevice;
+import dev.prefill4j.api.spi.KVCache;
+import dev.prefill4j.api.spi.KVConfig;
+import dev.prefill4j.api.spi.KVElementType;
+import dev.prefill4j.api.spi.KVPage;
+import dev.prefill4j.api.spi.Quantizer;
+import dev.prefill4j.api.spi.WeightMatrix;
+import java.lang.foreign.Arena;
+import java.lang.foreign.MemorySegment;
+import java.lang.foreign.ValueLayout;
+import java.nio.ByteOrder;
+import java.util.Arrays;
+import java.util.Map;
+import java.util.OptionalInt;
+import java.util.SplittableRandom;
+import org.junit.jupiter.params.ParameterizedTest;
+import org.junit.jupiter.params.provider.CsvSource;
+
+/** CPU kernels against scalar FP64 references on fresh random data, with outputs poisoned (NaN) beforehand. */
+class CpuKernelsTest {
+    private static final ValueLayout.OfFloat F32 = ValueLayout.JAVA_FLOAT_UNALIGNED.withOrder(ByteOrder.LITTLE_ENDIAN);
+
+    /** Plain float32 rows: the kernels' behaviour is tested here, formats are tested by their own modules. */
+    static final class TestF32 implements Quantizer {
+        @Override public String id() { return "test-f32"; }
+        @Override public String apiVersion() { return ApiVersion.CURRENT; }
+        @Override public int blockSize() { return 1; }
+        @Override public int blockBytes() { return 4; }
+        @Override public OptionalInt ggufType() { return OptionalInt.empty(); }
+        @Override public void decode(MemorySegment s, long o, float[] d, int off, int n) { MemorySegment.copy(s, F32, o, d, off, n); }
+        @Override public void encode(float[] s, int so, int n, MemorySegment d, long o) { MemorySegment.copy(s, so, d, F32, o, n); }
+        @Override public float dot(MemorySegment s, long o, float[] x, int xo, int n) {
+            float sum = 0;
+            for (int i = 0; i < n; i++) {
+                sum += s.get(F32, o + 4L * i) * x[xo + i];
+            }
+            return sum;
+        }
+    }
+
+    static float[] random(SplittableRandom r, int n) {
+        float[] a = new float[n];
+        for (int i = 0; i < n; i++) {
+            a[i] = (float) r.nextGaussian();
+        }
+        return a;
+    }
+
+    /**
+     * Tolerance: float32 accumulation over k terms of unit-variance products: 1e-5 relative to sum|w*x| (the
+     * accumulated rounding error bound k * 2^-24 * sum|w*x| is far above what appears in practice, but tight
+     * enough to catch a wrong element, a skipped tail or a misplaced row).
+     */
+    @ParameterizedTest
+    @CsvSource({"1,1,7,1", "1,5,64,2", "13,37,172,2", "64,256,256,2", "3,9,31,1", "130,68,100,2"})
+    void matmulMatchesFp64(int rows, int n, int k, int threads) {
+        SplittableRandom rnd = new SplittableRandom(rows * 31L + n * 7L + k);
+        float[] w = random(rnd, n * k);
+        float[] x = random(rnd, rows * k);
+        MemorySegment data = Arena.ofAuto().allocate(4L * n * k);
+        MemorySegment.copy(w, 0, data, F32, 0, w.length);
+        float[] out = new float[rows * n];
+        Arrays.fill(out, Float.NaN);
+        try (ComputeDevice d = new CpuBackend().create(new BackendContext(threads))) {
+            d.matmul(new WeightMatrix("w", new TestF32(), data, n, k), x, rows, out);
+        }
+        for (int r = 0; r < rows; r++) {
+            for (int o = 0; o < n; o++) {
+                double ref = 0;
+                double mag = 0;
+                for (int i = 0; i < k; i++) {
+                    ref += (double) w[o * k + i] * x[r * k + i];
+                    mag += Math.abs((double) w[o * k + i] * x[r * k + i]);
+                }
+                assertEquals(ref, out[r * n + o], 1e-5 * mag + 1e-30, "row " + r + " out " + o);
+            }
+        }
+    }
+
+    @ParameterizedTest
+    @CsvSource({"3,2,8,8,0,10000", "2,4,16,8,5,500000", "1,8,64,64,1000,10000"})
+    void normsRopeAndSwigluMatchFp64(int rows, int heads, int headDim, int ropeDim, int startPos, float base) {
+        SplittableRandom rnd = new SplittableRandom(5);
+        int width = heads * headDim;
+        try (ComputeDevice d = new CpuBackend().create(new BackendContext(1))) {
+            float[] x = random(rnd, rows * width);
+            float[] g = random(rnd, width);
+            float[] out = new float[rows * width];
+            Arrays.fill(out, Float.NaN);
+            d.rmsNorm(x, rows, g, 1e-5f, out);
+            for (int r = 0; r < rows; r++) {
+                double ss = 0;
+                for (int i = 0; i < width; i++) {
+                    ss += (double) x[r * width + i] * x[r * width + i];
+                }
+                double s = 1 / Math.sqrt(ss / width + 1e-5);
+                for (int i = 0; i < width; i++) {
+                    assertEquals(x[r * width + i] * s * g[i], out[r * width + i], 1e-5 * Math.abs(x[r * width + i] * s * g[i]) + 1e-6);
+                }
+            }
+            float[] q = x.clone();
+            d.rope(q, rows, heads, headDim, ropeDim, startPos, base);
+            for (int r = 0; r < rows; r++) {
+                for (int h = 0; h < heads; h++) {
+                    for (int i = 0; i < headDim / 2; i++) {
+                        int o = r * width + h * headDim + 2 * i;
+                        double x0 = x[o];
+                        double x1 = x[o + 1];
+                        double e0 = x0;
+                        double e1 = x1;
+                        if (2 * i < ropeDim) {
+                            double theta = (startPos + r) * Math.pow(base, -2.0 * i / ropeDim);
+                            e0 = x0 * Math.cos(theta) - x1 * Math.sin(theta);
+                            e1 = x0 * Math.sin(theta) + x1 * Math.cos(theta);
+                        }
+                        assertEquals(e0, q[o], 1e-5);
+                        assertEquals(e1, q[o + 1], 1e-5);
+                    }
+                }
+            }
+            float[] gate = x.clone();
+            float[] up = random(rnd, x.length);
+            d.swiglu(gate, up, x.length);
+            for (int i = 0; i < x.length; i++) {
+                double e = x[i] / (1 + Math.exp(-x[i])) * up[i];
+                assertEquals(e, gate[i], 1e-6 * Math.abs(e) + 1e-7);
+            }
+        }
+    }
+
+    /** A minimal paged cache for the kernel test, independent of the engine's store. */
+    static final class ArrayCache implements KVCache {
+        final KVConfig config;
+        final MemorySegment k;
+        final MemorySegment v;
+        int length;
+
+        ArrayCache(KVConfig config) {
+            this.config = config;
+            long bytes = config.elementType().rowBytes(config.kvDim()) * config.capacity();
+            this.k = Arena.ofAuto().allocate(bytes);
+            this.v = Arena.ofAuto().allocate(bytes);
+        }
+
+        @Override public KVConfig config() { return config; }
+        @Override public int length(int layer) { return length; }
+        @Override public void truncate(int n) { length = Math.min(length, n); }
+        @Override public long bytesHeld() { return k.byteSize() * 2; }
+        @Override public void close() { }
+
+        @Override
+        public void append(int layer, int position, int count, float[] kk, float[] vv) {
+            long row = config.elementType().rowBytes(config.kvDim());
+            config.elementType().encode(kk, 0, count * config.kvDim(), k, row * position);
+            config.elementType().encode(vv, 0, count * config.kvDim(), v, row * position);
+            length = position + count;
+        }
+
+        @Override
+        public KVPage page(int layer, int index) {
+            long row = config.elementType().rowBytes(config.kvDim());
+            int first = index * config.pageSize();
+            int n = Math.min(config.pageSize(), length - first);
+            return new KVPage(first, n, k.asSlice(row * first, row * n), v.asSlice(row * first, row * n),
+                    config.elementType(), config.kvDim());
+        }
+    }
+
+    /**
+     * Causal GQA attention against a two-pass FP64 softmax over the same (decoded) K/V. Tolerance 2e-5 absolute:
+     * outputs are convex combinations of unit-scale values, computed in float with an online softmax.
+     */
+    @ParameterizedTest
+    @CsvSource({"5,0,8,4,8,4,F32,2", "70,0,4,2,16,16,F16,2", "1,99,8,2,8,32,F32,1", "40,25,6,3,64,7,F16,2"})
+    void pagedAttentionMatchesFp64(int queries, int startPos, int heads, int kvHeads, int hd, int pageSize,
+                                   KVElementType type, int threads) {
+        SplittableRandom rnd = new SplittableRandom(queries + startPos);
+        int total = startPos + queries;
+        int kvDim = kvHeads * hd;
+        ArrayCache cache = new ArrayCache(new KVConfig(1, kvDim, total + 3, type, pageSize, Map.of()));
+        float[] k = random(rnd, total * kvDim);
+        float[] v = random(rnd, total * kvDim);
+        cache.append(0, 0, total, k, v);
+        // What the kernel sees: the stored (possibly F16-rounded) values.
+        float[] ks = new float[k.length];
+        float[] vs = new float[v.length];
+        type.decode(cache.k, 0, ks, 0, ks.length);
+        type.decode(cache.v, 0, vs, 0, vs.length);
+        float[] q = random(rnd, queries * heads * hd);
+        float[] out = new float[queries * heads * hd];
+        Arrays.fill(out, Float.NaN);
+        float scale = (float) (1 / Math.sqrt(hd));
+        try (ComputeDevice d = new CpuBackend().create(new BackendContext(threads))) {
+            AttentionKernel kernel = new CpuAttention().create(d);
+            kernel.attend(new AttentionRequest(q, queries, startPos, cache, 0, heads, kvHeads, hd, scale, out));
+        }
+        int group = heads / kvHeads;
+        for (int t = 0; t < queries; t++) {
+            for (int h = 0; h < heads; h++) {
+                int kvh = h / group;
+                int n = startPos + t + 1;
+                double[] s = new double[n];
+                double max = Double.NEGATIVE_INFINITY;
+                for (int j = 0; j < n; j++) {
+                    double dot = 0;
+                    for (int i = 0; i < hd; i++) {
+                        dot += (double) q[(t * heads + h) * hd + i] * ks[j * kvDim + kvh * hd + i];
+                    }
+                    s[j] = dot * scale;
+                    max = Math.max(max, s[j]);
+                }
+                double z = 0;
+                for (int j = 0; j < n; j++) {
+                    s[j] = Math.exp(s[j] - max);
+                    z += s[j];
+                }
+                for (int i = 0; i < hd; i++) {
+                    double e = 0;
+                    for (int j = 0; j < n; j++) {
+                        e += s[j] / z * vs[j * kvDim + kvh * hd + i];
+                    }
+                    float got = out[(t * heads + h) * hd + i];
+                    assertTrue(Math.abs(e - got) <= 2e-5, "query " + t + " head " + h + " dim " + i + ": " + got + " vs " + e);
+                }
+            }
+        }
+    }
+}

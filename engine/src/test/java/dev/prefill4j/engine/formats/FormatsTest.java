@@ -1,0 +1,118 @@
+package dev.prefill4j.engine.formats;
+
+import static org.junit.jupiter.api.Assertions.assertArrayEquals;
+import static org.junit.jupiter.api.Assertions.assertEquals;
+
+import dev.prefill4j.api.spi.Quantizer;
+import java.lang.foreign.Arena;
+import java.lang.foreign.MemorySegment;
+import java.lang.foreign.ValueLayout;
+import java.nio.ByteOrder;
+import java.util.Arrays;
+import java.util.SplittableRandom;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.params.ParameterizedTest;
+import org.junit.jupiter.params.provider.ValueSource;
+
+/** Built-in formats against the worked examples of FORMATS.md and a scalar FP64 reference. */
+class FormatsTest {
+    static Quantizer format(String id) {
+        return switch (id) {
+            case "f32" -> new F32Quantizer();
+            case "f16" -> new F16Quantizer();
+            case "bf16" -> new BF16Quantizer();
+            case "q8_0" -> new Q8_0Quantizer();
+            default -> throw new IllegalArgumentException(id);
+        };
+    }
+
+    @Test
+    void q8_0WorkedExample() {
+        // FORMATS.md §1: x = [0.5, -1.27, 0.003, 1.0, 0...] -> d = fp16 0x211F, qs = [50, -127, 0, 100].
+        float[] x = new float[32];
+        x[0] = 0.5f;
+        x[1] = -1.27f;
+        x[2] = 0.003f;
+        x[3] = 1.0f;
+        MemorySegment block = Arena.ofAuto().allocate(34);
+        new Q8_0Quantizer().encode(x, 0, 32, block, 0);
+        assertEquals((short) 0x211F, block.get(ValueLayout.JAVA_SHORT_UNALIGNED.withOrder(ByteOrder.LITTLE_ENDIAN), 0));
+        assertArrayEquals(new byte[] {50, -127, 0, 100, 0}, block.asSlice(2, 5).toArray(ValueLayout.JAVA_BYTE));
+        float[] y = new float[32];
+        new Q8_0Quantizer().decode(block, 0, y, 0, 32);
+        assertEquals(0.500107f, y[0], 1e-6f);
+        assertEquals(-1.270271f, y[1], 1e-6f);
+        assertEquals(1.000214f, y[3], 1e-6f);
+    }
+
+    @Test
+    void q8_0RoundsHalfAwayFromZero() {
+        // amax 127 -> d = 1 exactly, so x*id is x: 2.5 -> 3 and -2.5 -> -3 (roundf), where rint would give 2 and -2.
+        float[] x = new float[32];
+        x[0] = 127f;
+        x[1] = 2.5f;
+        x[2] = -2.5f;
+        MemorySegment block = Arena.ofAuto().allocate(34);
+        new Q8_0Quantizer().encode(x, 0, 32, block, 0);
+        assertArrayEquals(new byte[] {127, 3, -3}, block.asSlice(2, 3).toArray(ValueLayout.JAVA_BYTE));
+    }
+
+    @Test
+    void bf16RoundsToNearestEven() {
+        // 1 + 2^-8 lies exactly between two bf16 values (1 and 1 + 2^-7): ties go to the even mantissa, 1.0.
+        assertEquals(1.0f, BF16Quantizer.toFloat(BF16Quantizer.fromFloat(1f + 0x1p-8f)));
+        assertEquals(1f + 0x1p-6f, BF16Quantizer.toFloat(BF16Quantizer.fromFloat(1f + 0x1p-7f + 0x1p-8f)));
+        assertEquals(1f + 0x1p-7f, BF16Quantizer.toFloat(BF16Quantizer.fromFloat(1f + 0x1p-8f + 0x1p-12f)));
+        assertEquals(Float.NaN, BF16Quantizer.toFloat(BF16Quantizer.fromFloat(Float.NaN)));
+    }
+
+    /**
+     * Round trip and dot against FP64 on fresh random data. Tolerances: the decoded value may differ from the input
+     * by the format's rounding step (f32 exact; f16 2^-11 relative; bf16 2^-8 relative; q8_0 half a step of
+     * max|x|/127 per block); the fused dot must equal the FP64 dot of the <em>decoded</em> row to float
+     * accumulation error (1e-5 relative to sum|w*x|).
+     */
+    @ParameterizedTest
+    @ValueSource(strings = {"f32", "f16", "bf16", "q8_0"})
+    void roundTripAndDotAgainstFp64(String id) {
+        Quantizer q = format(id);
+        SplittableRandom rnd = new SplittableRandom(7);
+        int n = 32 * 37;
+        float[] x = new float[n];
+        float[] a = new float[n];
+        for (int i = 0; i < n; i++) {
+            x[i] = (float) (rnd.nextGaussian() * 3);
+            a[i] = (float) rnd.nextGaussian();
+        }
+        MemorySegment enc = Arena.ofAuto().allocate(q.byteSize(n) + 3).asSlice(3); // unaligned on purpose
+        q.encode(x, 0, n, enc, 0);
+        float[] y = new float[n + 2];
+        Arrays.fill(y, Float.NaN); // poisoned: an unwritten element fails
+        q.decode(enc, 0, y, 1, n);
+        assertEquals(Float.NaN, y[0]);
+        assertEquals(Float.NaN, y[n + 1]);
+        for (int b = 0; b < n / 32; b++) {
+            double amax = 0;
+            for (int j = 0; j < 32; j++) {
+                amax = Math.max(amax, Math.abs(x[b * 32 + j]));
+            }
+            for (int j = 0; j < 32; j++) {
+                int i = b * 32 + j;
+                double tol = switch (id) {
+                    case "f32" -> 0;
+                    case "f16" -> Math.abs(x[i]) * 0x1p-11;
+                    case "bf16" -> Math.abs(x[i]) * 0x1p-8;
+                    default -> amax / 127 * 0.5 * 1.001 + Math.abs(x[i]) * 0x1p-10; // + fp16 rounding of d
+                };
+                assertEquals(x[i], y[i + 1], tol, id + " element " + i);
+            }
+        }
+        double ref = 0;
+        double mag = 0;
+        for (int i = 0; i < n; i++) {
+            ref += (double) y[i + 1] * a[i];
+            mag += Math.abs((double) y[i + 1] * a[i]);
+        }
+        assertEquals(ref, q.dot(enc, 0, a, 0, n), mag * 1e-5, id + " dot");
+    }
+}

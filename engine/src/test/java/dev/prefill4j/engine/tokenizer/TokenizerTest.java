@@ -1,0 +1,70 @@
+package dev.prefill4j.engine.tokenizer;
+
+import static org.junit.jupiter.api.Assertions.assertArrayEquals;
+import static org.junit.jupiter.api.Assertions.assertEquals;
+
+import dev.prefill4j.engine.TestModels;
+import dev.prefill4j.engine.gguf.GgufFile;
+import dev.prefill4j.engine.llama2c.Llama2cCheckpoint;
+import org.junit.jupiter.api.Test;
+
+/** Prompt ids stated in ../shared/models/MANIFEST.md (made by llama.cpp's tokenizer). */
+class TokenizerTest {
+    static final int[] STORIES_IDS = {1, 403, 407, 261, 378};
+    static final int[] TINY_IDS = {1, 394, 283, 272, 274, 374, 285, 284, 283, 354, 373, 278, 282, 274};
+
+    @Test
+    void storiesGgufEncodesTheManifestIds() {
+        try (GgufFile f = GgufFile.open(TestModels.require("stories260K-F32.gguf"))) {
+            Tokenizer t = Tokenizer.fromGguf(f);
+            assertArrayEquals(STORIES_IDS, t.encode("Once upon a time"));
+            assertEquals(" Once upon a time", t.decode(t.encode("Once upon a time")));
+        }
+    }
+
+    @Test
+    void tinyGgufEncodesTheManifestIds() {
+        try (GgufFile f = GgufFile.open(TestModels.require("tiny-256-F32.gguf"))) {
+            Tokenizer t = Tokenizer.fromGguf(f);
+            assertArrayEquals(TINY_IDS, t.encode("Once upon a time"));
+        }
+    }
+
+    @Test
+    void llama2cTokenizerBinEncodesTheSameIds() {
+        try (Llama2cCheckpoint ck = Llama2cCheckpoint.open(TestModels.require("stories260K.bin"),
+                TestModels.require("tok512.bin"))) {
+            Tokenizer t = Tokenizer.fromGguf(ck);
+            assertArrayEquals(STORIES_IDS, t.encode("Once upon a time"));
+        }
+    }
+
+    @Test
+    void unknownCharactersFallBackToByteTokens() {
+        try (GgufFile f = GgufFile.open(TestModels.require("stories260K-F32.gguf"))) {
+            Tokenizer t = Tokenizer.fromGguf(f);
+            // "☃" is U+2603 = E2 98 83; the vocabulary has no piece for it, so three byte tokens <0xE2><0x98><0x83>.
+            int[] ids = t.encode("☃", false);
+            assertEquals(4, ids.length, java.util.Arrays.toString(ids));
+            int[] tail = java.util.Arrays.copyOfRange(ids, ids.length - 3, ids.length);
+            assertEquals("<0xE2>", t.piece(tail[0]));
+            assertEquals("<0x98>", t.piece(tail[1]));
+            assertEquals("<0x83>", t.piece(tail[2]));
+            assertEquals(" ☃", t.decode(ids));
+        }
+    }
+
+    @Test
+    void mergesHighestScoreFirstAndLeftmostOnTies() {
+        // Vocabulary: a, b, ab, bb. In "abb" the pairs ab and bb tie: the leftmost (ab) merges, giving [ab, b]; when bb
+        // scores higher it merges first, giving [a, bb].
+        String[] pieces = {"<unk>", "<s>", "</s>", "a", "b", "ab", "bb"};
+        float[] scores = {0, 0, 0, -5, -5, -1, -1};
+        int[] types = {2, 3, 3, 1, 1, 1, 1};
+        Tokenizer t = new Tokenizer(pieces, scores, types, 1, 2, 0, true, false);
+        assertArrayEquals(new int[] {1, 5, 4}, t.encode("abb"));
+        scores[6] = -0.5f;
+        Tokenizer t2 = new Tokenizer(pieces, scores, types, 1, 2, 0, true, false);
+        assertArrayEquals(new int[] {1, 3, 6}, t2.encode("abb"));
+    }
+}
