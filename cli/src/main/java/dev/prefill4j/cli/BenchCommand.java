@@ -2,7 +2,7 @@ package dev.prefill4j.cli;
 
 import dev.prefill4j.api.spi.KVElementType;
 import dev.prefill4j.engine.Engine;
-import dev.prefill4j.engine.PrefillException;
+import dev.prefill4j.api.PrefillException;
 import dev.prefill4j.engine.Session;
 import dev.prefill4j.engine.SessionOptions;
 import dev.prefill4j.engine.model.LlamaModel;

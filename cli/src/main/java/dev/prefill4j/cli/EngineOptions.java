@@ -1,7 +1,7 @@
 package dev.prefill4j.cli;
 
 import dev.prefill4j.engine.Engine;
-import dev.prefill4j.engine.PrefillException;
+import dev.prefill4j.api.PrefillException;
 import dev.prefill4j.engine.model.LlamaModel;
 import dev.prefill4j.engine.model.SyntheticLlama;
 import java.nio.file.Path;

@@ -1,6 +1,6 @@
 package dev.prefill4j.cli;
 
-import dev.prefill4j.engine.PrefillException;
+import dev.prefill4j.api.PrefillException;
 import java.io.PrintWriter;
 import java.util.logging.ConsoleHandler;
 import java.util.logging.Level;

@@ -3,7 +3,7 @@ package dev.prefill4j.cli;
 import dev.prefill4j.api.spi.KVElementType;
 import dev.prefill4j.engine.Engine;
 import dev.prefill4j.engine.Generation;
-import dev.prefill4j.engine.PrefillException;
+import dev.prefill4j.api.PrefillException;
 import dev.prefill4j.engine.Sampler;
 import dev.prefill4j.engine.SamplerConfig;
 import dev.prefill4j.engine.Session;

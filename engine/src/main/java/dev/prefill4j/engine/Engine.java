@@ -1,5 +1,6 @@
 package dev.prefill4j.engine;
 
+import dev.prefill4j.api.PrefillException;
 import dev.prefill4j.api.Api;
 import dev.prefill4j.api.spi.Attention;
 import dev.prefill4j.api.spi.AttentionKernel;

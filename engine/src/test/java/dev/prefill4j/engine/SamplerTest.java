@@ -1,5 +1,6 @@
 package dev.prefill4j.engine;
 
+import dev.prefill4j.api.PrefillException;
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 

@@ -1,7 +1,7 @@
 package dev.prefill4j.engine.gguf;
 
 import dev.prefill4j.api.Api;
-import dev.prefill4j.engine.PrefillException;
+import dev.prefill4j.api.PrefillException;
 import java.io.ByteArrayOutputStream;
 import java.io.IOException;
 import java.lang.foreign.Arena;

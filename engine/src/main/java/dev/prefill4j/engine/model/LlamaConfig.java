@@ -1,5 +1,6 @@
 package dev.prefill4j.engine.model;
 
+import dev.prefill4j.api.PrefillException;
 import dev.prefill4j.api.Api;
 import dev.prefill4j.engine.gguf.GgufContent;
 
@@ -51,7 +52,7 @@ public record LlamaConfig(int dim, int ffnDim, int layers, int heads, int kvHead
      *
      * @param gguf the model content
      * @return the configuration
-     * @throws dev.prefill4j.engine.PrefillException naming the missing or bad key
+     * @throws dev.prefill4j.api.PrefillException naming the missing or bad key
      */
     public static LlamaConfig from(GgufContent gguf) {
         String arch = gguf.requireString("general.architecture");

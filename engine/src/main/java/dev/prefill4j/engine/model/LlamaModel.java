@@ -1,5 +1,6 @@
 package dev.prefill4j.engine.model;
 
+import dev.prefill4j.api.PrefillException;
 import dev.prefill4j.api.Api;
 import dev.prefill4j.api.spi.Quantizer;
 import dev.prefill4j.api.spi.WeightMatrix;
@@ -88,7 +89,7 @@ public final class LlamaModel implements AutoCloseable {
      * @param registry  where formats come from
      * @param resource  closed with the model (the mapping), or {@code null}
      * @return the model
-     * @throws dev.prefill4j.engine.PrefillException for a missing key or tensor, a wrong shape, or a format no
+     * @throws dev.prefill4j.api.PrefillException for a missing key or tensor, a wrong shape, or a format no
      *                                               module provides (naming the module to add)
      */
     public static LlamaModel bind(GgufContent content, boolean synthetic, PluginRegistry registry,

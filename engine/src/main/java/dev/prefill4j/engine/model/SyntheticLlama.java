@@ -2,7 +2,7 @@ package dev.prefill4j.engine.model;
 
 import dev.prefill4j.api.Api;
 import dev.prefill4j.api.spi.Quantizer;
-import dev.prefill4j.engine.PrefillException;
+import dev.prefill4j.api.PrefillException;
 import dev.prefill4j.engine.gguf.GgmlType;
 import dev.prefill4j.engine.gguf.GgufContent;
 import dev.prefill4j.engine.gguf.GgufTensor;

@@ -8,7 +8,7 @@ import dev.prefill4j.api.spi.Backend;
 import dev.prefill4j.api.spi.KVStore;
 import dev.prefill4j.api.spi.Plugin;
 import dev.prefill4j.api.spi.Quantizer;
-import dev.prefill4j.engine.PrefillException;
+import dev.prefill4j.api.PrefillException;
 import dev.prefill4j.engine.gguf.GgmlType;
 import java.security.CodeSource;
 import java.util.ArrayList;

@@ -1,7 +1,7 @@
 package dev.prefill4j.engine.tokenizer;
 
 import dev.prefill4j.api.Api;
-import dev.prefill4j.engine.PrefillException;
+import dev.prefill4j.api.PrefillException;
 import dev.prefill4j.engine.gguf.GgufArray;
 import dev.prefill4j.engine.gguf.GgufContent;
 import dev.prefill4j.engine.gguf.GgufValue;

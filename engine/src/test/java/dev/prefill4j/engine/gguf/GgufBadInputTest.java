@@ -5,7 +5,7 @@ import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
-import dev.prefill4j.engine.PrefillException;
+import dev.prefill4j.api.PrefillException;
 import dev.prefill4j.engine.TestModels;
 import java.io.ByteArrayOutputStream;
 import java.nio.ByteBuffer;

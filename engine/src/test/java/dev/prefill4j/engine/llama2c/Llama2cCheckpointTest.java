@@ -4,7 +4,7 @@ import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
-import dev.prefill4j.engine.PrefillException;
+import dev.prefill4j.api.PrefillException;
 import dev.prefill4j.engine.TestModels;
 import dev.prefill4j.engine.gguf.GgufFile;
 import dev.prefill4j.engine.gguf.GgufTensor;

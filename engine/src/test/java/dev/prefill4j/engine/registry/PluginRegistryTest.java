@@ -10,7 +10,7 @@ import dev.prefill4j.api.spi.Backend;
 import dev.prefill4j.api.spi.BackendContext;
 import dev.prefill4j.api.spi.ComputeDevice;
 import dev.prefill4j.api.spi.Quantizer;
-import dev.prefill4j.engine.PrefillException;
+import dev.prefill4j.api.PrefillException;
 import dev.prefill4j.engine.gguf.GgmlType;
 import java.lang.foreign.MemorySegment;
 import java.net.URL;

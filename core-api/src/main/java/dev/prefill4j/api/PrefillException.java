@@ -1,6 +1,4 @@
-package dev.prefill4j.engine;
-
-import dev.prefill4j.api.Api;
+package dev.prefill4j.api;
 
 /**
  * The one exception type prefill4j throws for bad input, missing plugins and failed runs. Its message is one

@@ -1,0 +1,182 @@
+package dev.prefill4j.tests;
+
+import static org.junit.jupiter.api.Assertions.assertArrayEquals;
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertFalse;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import dev.prefill4j.engine.Engine;
+import dev.prefill4j.engine.Sampler;
+import dev.prefill4j.engine.SamplerConfig;
+import dev.prefill4j.engine.Session;
+import dev.prefill4j.engine.SessionOptions;
+import dev.prefill4j.engine.model.LlamaModel;
+import dev.prefill4j.engine.model.SyntheticLlama;
+import dev.prefill4j.api.spi.KVElementType;
+import dev.prefill4j.engine.gguf.GgufFile;
+import dev.prefill4j.engine.gguf.GgufTensor;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.util.Arrays;
+import org.junit.jupiter.api.Tag;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.io.TempDir;
+
+/** The {@code prefill4j} command on the module path, as a user runs it. */
+class CliTest {
+    @TempDir
+    Path dir;
+
+    @Test
+    void runMatchesTheManifestAndWritesReferenceShapedLogits() throws Exception {
+        Path logits = dir.resolve("logits.f32");
+        Cli.Result r = Cli.run("run", "-m", Models.require("stories260K-F32.gguf").toString(), "-p", Models.PROMPT,
+                "-n", "32", "--temp", "0", "--kv-type", "f32", "--ignore-eos", "--json", "--logits-out", logits.toString());
+        assertEquals(0, r.exit(), r.toString());
+        assertArrayEquals(Models.STORIES_F32_GREEDY, Cli.jsonIds(r.out(), "generated_ids"));
+        double d = Models.maxAbsDiff(Models.referenceLogits("stories260K-F32"), Models.readF32(logits));
+        assertTrue(d <= 1e-4, "max |logit - llama.cpp| = " + d);
+    }
+
+    @Test
+    void llama2cFormThroughTheCli() throws Exception {
+        Cli.Result r = Cli.run("run", "-m", Models.require("stories260K.bin").toString(), "--tokenizer",
+                Models.require("tok512.bin").toString(), "-n", "32", "--temp", "0", "--kv-type", "f32", "--json");
+        assertEquals(0, r.exit(), r.toString());
+        assertArrayEquals(Models.STORIES_F32_GREEDY, Cli.jsonIds(r.out(), "generated_ids"));
+    }
+
+    /** Without -m, run generates the synthetic model and says so. */
+    @Test
+    void theDefaultRunIsSyntheticAndLabelled() throws Exception {
+        Cli.Result r = Cli.run("run", "-n", "4", "--temp", "0");
+        assertEquals(0, r.exit(), r.toString());
+        assertTrue(r.err().contains("synthetic") && r.err().contains("meaningless"), r.err());
+        assertTrue(r.err().contains("tok/s"), r.err());
+    }
+
+    /**
+     * synth writes a file that inspect reads and run runs. The file holds exactly the metadata and tensor bytes of
+     * the same synthetic model generated in memory, and running it gives the same ids; logits agree to 1e-5 (not
+     * bit for bit: the two JVMs may differ in the order of vector lane reductions and in Math.exp intrinsics).
+     */
+    @Test
+    void synthRoundTripsThroughInspectAndRun() throws Exception {
+        Path file = dir.resolve("tiny.gguf");
+        Cli.Result s = Cli.run("synth", "--shape", "tiny", "--type", "f16", "--seed", "9", "-o", file.toString());
+        assertEquals(0, s.exit(), s.toString());
+        Cli.Result i = Cli.run("inspect", file.toString(), "--json");
+        assertEquals(0, i.exit(), i.toString());
+        assertTrue(i.out().contains("\"llama.embedding_length\": \"256\""), i.out());
+        assertTrue(i.out().contains("\"decoder\": \"f16 (dev.prefill4j.engine)\""), i.out());
+        Path logits = dir.resolve("l.f32");
+        Cli.Result r = Cli.run("run", "-m", file.toString(), "-p", "hello world", "-n", "8", "--temp", "0",
+                "--ignore-eos", "--kv-type", "f32", "--json", "--logits-out", logits.toString());
+        assertEquals(0, r.exit(), r.toString());
+        try (Engine e = Engine.builder().threads(2).build();
+             LlamaModel m = e.synthetic(SyntheticLlama.Shape.TINY, "f16", 9, null);
+             Session session = e.newSession(m, SessionOptions.defaults().withKvType(KVElementType.F32))) {
+            var g = session.generate("hello world", 8, new Sampler(SamplerConfig.greedy()), true, true, null);
+            assertArrayEquals(g.promptIds(), Cli.jsonIds(r.out(), "prompt_ids"));
+            assertArrayEquals(g.generatedIds(), Cli.jsonIds(r.out(), "generated_ids"));
+            assertTrue(Models.maxAbsDiff(g.promptLogits(), Models.readF32(logits)) <= 1e-5);
+            try (GgufFile f = GgufFile.open(file)) {
+                assertEquals(m.content().metadata(), f.metadata());
+                assertEquals(m.content().tensors().size(), f.tensors().size());
+                for (GgufTensor t : m.content().tensors()) {
+                    GgufTensor u = f.tensor(t.name()).orElseThrow();
+                    assertArrayEquals(t.ne(), u.ne(), t.name());
+                    assertEquals(-1L, t.data().mismatch(u.data()), t.name());
+                }
+            }
+        }
+    }
+
+    /** The Llama-3.2-1B geometry written as F16 (2.5 GB): inspect and a short run. Slow: -Pe2e. */
+    @Test
+    @Tag("slow")
+    void synthLlama1bRoundTrips() throws Exception {
+        Path file = dir.resolve("llama-1b-f16.gguf");
+        Cli.Result s = Cli.run("synth", "--shape", "llama-1b", "--type", "f16", "-o", file.toString());
+        assertEquals(0, s.exit(), s.toString());
+        Cli.Result i = Cli.run("inspect", file.toString());
+        assertTrue(i.out().contains("llama.vocab_size = 128256"), i.out());
+        Cli.Result r = Cli.run("run", "-m", file.toString(), "-n", "2", "--temp", "0", "-c", "64", "--json");
+        assertEquals(0, r.exit(), r.toString());
+        assertEquals(2, Cli.jsonIds(r.out(), "generated_ids").length);
+    }
+
+    static void assertOneLineError(Cli.Result r, String... fragments) {
+        assertEquals(1, r.exit(), r.toString());
+        String err = r.err().strip();
+        assertFalse(err.contains("\n"), "one line: " + r);
+        assertFalse(err.contains("\tat "), "no stack trace: " + r);
+        assertTrue(err.startsWith("prefill4j: error: "), r.toString());
+        for (String f : fragments) {
+            assertTrue(err.contains(f), "says '" + f + "': " + r);
+        }
+    }
+
+    @Test
+    void badModelFilesGiveOneLineErrors() throws Exception {
+        byte[] real = Files.readAllBytes(Models.require("stories260K-F32.gguf"));
+        Path truncated = dir.resolve("truncated.gguf");
+        Files.write(truncated, Arrays.copyOf(real, real.length / 2));
+        assertOneLineError(Cli.run("run", "-m", truncated.toString()), truncated.toString(), "runs past the end");
+        Path magic = dir.resolve("magic.gguf");
+        Files.write(magic, "NOPE and more bytes".getBytes());
+        assertOneLineError(Cli.run("run", "-m", magic.toString()), magic.toString(), "not a GGUF file");
+        Path version = dir.resolve("version.gguf");
+        byte[] v = real.clone();
+        v[4] = 9;
+        Files.write(version, v);
+        assertOneLineError(Cli.run("inspect", version.toString()), version.toString(), "unsupported GGUF version 9");
+        assertOneLineError(Cli.run("run", "-m", dir.resolve("absent.gguf").toString()), "no such file");
+    }
+
+    @Test
+    void aMissingRequiredKeyIsNamed() throws Exception {
+        // Rename llama.block_count in place (same length), so the file stays valid GGUF but lacks the key.
+        byte[] b = Files.readAllBytes(Models.require("stories260K-F32.gguf"));
+        String s = new String(b, java.nio.charset.StandardCharsets.ISO_8859_1).replace("llama.block_count", "llama.block_xxxxx");
+        Path f = dir.resolve("nokey.gguf");
+        Files.write(f, s.getBytes(java.nio.charset.StandardCharsets.ISO_8859_1));
+        assertOneLineError(Cli.run("run", "-m", f.toString()), f.toString(), "missing required key 'llama.block_count'");
+    }
+
+    @Test
+    void aPromptOverTheContextIsRefused() throws Exception {
+        assertOneLineError(Cli.run("run", "-m", Models.require("stories260K-F32.gguf").toString(), "-c", "6",
+                "-p", "Once upon a time there was", "-n", "4"), "exceed the context of 6");
+    }
+
+    @Test
+    void verboseAddsTheStackTraceAndUsageErrorsExitWith2() throws Exception {
+        Cli.Result r = Cli.run("run", "-m", dir.resolve("absent.gguf").toString(), "--verbose");
+        assertEquals(1, r.exit());
+        assertTrue(r.err().contains("\tat "), r.toString());
+        Cli.Result usage = Cli.run("run", "--no-such-flag");
+        assertEquals(2, usage.exit(), usage.toString());
+        Cli.Result help = Cli.run("run", "--help");
+        assertEquals(0, help.exit());
+        assertTrue(help.out().contains("--logits-out"), help.out());
+    }
+
+    /** On the module path every provider reports its module and version. */
+    @Test
+    void pluginsListsModulesOnTheModulePath() throws Exception {
+        Cli.Result r = Cli.run("plugins", "--json");
+        assertEquals(0, r.exit(), r.toString());
+        assertTrue(r.out().contains("\"module\": \"dev.prefill4j.backend.cpu\""), r.out());
+        assertTrue(r.out().contains("\"id\": \"q8_0\""), r.out());
+        assertTrue(r.out().contains("\"version\": \"0.1.0-SNAPSHOT\""), r.out());
+    }
+
+    @Test
+    void benchReportsThroughputAsJson() throws Exception {
+        Cli.Result r = Cli.run("bench", "-p", "16", "-n", "4", "-r", "1", "--json");
+        assertEquals(0, r.exit(), r.toString());
+        assertTrue(r.out().contains("\"test\": \"pp16\"") && r.out().contains("\"test\": \"tg4\""), r.out());
+        assertTrue(r.out().contains("NOT VERIFIED"), r.out());
+    }
+}
