@@ -127,9 +127,11 @@ public final class GgufWriter {
         Path dir = target.toAbsolutePath().getParent();
         Path tmp = null;
         try {
-            tmp = Files.createTempFile(dir, target.getFileName().toString(), ".partial");
+            // Not Files.createTempFile: its owner-only mode would stick to the finished model; this follows the umask.
+            tmp = dir.resolve("." + target.getFileName() + "." + ProcessHandle.current().pid() + "."
+                    + System.nanoTime() + ".partial");
             try (FileChannel ch = FileChannel.open(tmp, StandardOpenOption.READ, StandardOpenOption.WRITE,
-                    StandardOpenOption.TRUNCATE_EXISTING);
+                    StandardOpenOption.CREATE_NEW);
                  Arena arena = Arena.ofConfined()) {
                 MemorySegment out = ch.map(FileChannel.MapMode.READ_WRITE, 0, total, arena);
                 MemorySegment.copy(MemorySegment.ofArray(header), 0, out, 0, header.length);
