@@ -1,6 +1,7 @@
 package dev.prefill4j.engine.formats;
 
 import dev.prefill4j.api.ApiVersion;
+import dev.prefill4j.api.spi.Blocks;
 import dev.prefill4j.api.spi.Quantizer;
 import java.lang.foreign.MemorySegment;
 import java.util.OptionalInt;
@@ -16,6 +17,7 @@ public final class BF16Quantizer implements Quantizer {
     @Override public int blockSize() { return 1; }
     @Override public int blockBytes() { return 2; }
     @Override public OptionalInt ggufType() { return OptionalInt.of(30); }
+    @Override public String activationFormat() { return "bf16"; }
 
     static float toFloat(short bits) {
         return Float.intBitsToFloat((bits & 0xFFFF) << 16);
@@ -32,14 +34,14 @@ public final class BF16Quantizer implements Quantizer {
     @Override
     public void decode(MemorySegment src, long offset, float[] dst, int dstOffset, int count) {
         for (int i = 0; i < count; i++) {
-            dst[dstOffset + i] = toFloat(src.get(Layouts.I16, offset + 2L * i));
+            dst[dstOffset + i] = toFloat(src.get(Blocks.I16, offset + 2L * i));
         }
     }
 
     @Override
     public void encode(float[] src, int srcOffset, int count, MemorySegment dst, long offset) {
         for (int i = 0; i < count; i++) {
-            dst.set(Layouts.I16, offset + 2L * i, fromFloat(src[srcOffset + i]));
+            dst.set(Blocks.I16, offset + 2L * i, fromFloat(src[srcOffset + i]));
         }
     }
 
@@ -48,11 +50,11 @@ public final class BF16Quantizer implements Quantizer {
         float s0 = 0, s1 = 0;
         int i = 0;
         for (; i + 2 <= count; i += 2) {
-            s0 += toFloat(src.get(Layouts.I16, offset + 2L * i)) * x[xOffset + i];
-            s1 += toFloat(src.get(Layouts.I16, offset + 2L * i + 2)) * x[xOffset + i + 1];
+            s0 += toFloat(src.get(Blocks.I16, offset + 2L * i)) * x[xOffset + i];
+            s1 += toFloat(src.get(Blocks.I16, offset + 2L * i + 2)) * x[xOffset + i + 1];
         }
         for (; i < count; i++) {
-            s0 += toFloat(src.get(Layouts.I16, offset + 2L * i)) * x[xOffset + i];
+            s0 += toFloat(src.get(Blocks.I16, offset + 2L * i)) * x[xOffset + i];
         }
         return s0 + s1;
     }

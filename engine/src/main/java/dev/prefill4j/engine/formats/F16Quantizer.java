@@ -1,6 +1,7 @@
 package dev.prefill4j.engine.formats;
 
 import dev.prefill4j.api.ApiVersion;
+import dev.prefill4j.api.spi.Blocks;
 import dev.prefill4j.api.spi.Quantizer;
 import java.lang.foreign.MemorySegment;
 import java.util.OptionalInt;
@@ -16,18 +17,19 @@ public final class F16Quantizer implements Quantizer {
     @Override public int blockSize() { return 1; }
     @Override public int blockBytes() { return 2; }
     @Override public OptionalInt ggufType() { return OptionalInt.of(1); }
+    @Override public String activationFormat() { return "f16"; }
 
     @Override
     public void decode(MemorySegment src, long offset, float[] dst, int dstOffset, int count) {
         for (int i = 0; i < count; i++) {
-            dst[dstOffset + i] = Float.float16ToFloat(src.get(Layouts.I16, offset + 2L * i));
+            dst[dstOffset + i] = Float.float16ToFloat(src.get(Blocks.I16, offset + 2L * i));
         }
     }
 
     @Override
     public void encode(float[] src, int srcOffset, int count, MemorySegment dst, long offset) {
         for (int i = 0; i < count; i++) {
-            dst.set(Layouts.I16, offset + 2L * i, Float.floatToFloat16(src[srcOffset + i]));
+            dst.set(Blocks.I16, offset + 2L * i, Float.floatToFloat16(src[srcOffset + i]));
         }
     }
 
@@ -36,11 +38,11 @@ public final class F16Quantizer implements Quantizer {
         float s0 = 0, s1 = 0;
         int i = 0;
         for (; i + 2 <= count; i += 2) {
-            s0 += Float.float16ToFloat(src.get(Layouts.I16, offset + 2L * i)) * x[xOffset + i];
-            s1 += Float.float16ToFloat(src.get(Layouts.I16, offset + 2L * i + 2)) * x[xOffset + i + 1];
+            s0 += Float.float16ToFloat(src.get(Blocks.I16, offset + 2L * i)) * x[xOffset + i];
+            s1 += Float.float16ToFloat(src.get(Blocks.I16, offset + 2L * i + 2)) * x[xOffset + i + 1];
         }
         for (; i < count; i++) {
-            s0 += Float.float16ToFloat(src.get(Layouts.I16, offset + 2L * i)) * x[xOffset + i];
+            s0 += Float.float16ToFloat(src.get(Blocks.I16, offset + 2L * i)) * x[xOffset + i];
         }
         return s0 + s1;
     }

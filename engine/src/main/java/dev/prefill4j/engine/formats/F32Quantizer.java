@@ -1,6 +1,7 @@
 package dev.prefill4j.engine.formats;
 
 import dev.prefill4j.api.ApiVersion;
+import dev.prefill4j.api.spi.Blocks;
 import dev.prefill4j.api.spi.Quantizer;
 import java.lang.foreign.MemorySegment;
 import java.util.OptionalInt;
@@ -16,12 +17,12 @@ public final class F32Quantizer implements Quantizer {
 
     @Override
     public void decode(MemorySegment src, long offset, float[] dst, int dstOffset, int count) {
-        MemorySegment.copy(src, Layouts.F32, offset, dst, dstOffset, count);
+        MemorySegment.copy(src, Blocks.F32, offset, dst, dstOffset, count);
     }
 
     @Override
     public void encode(float[] src, int srcOffset, int count, MemorySegment dst, long offset) {
-        MemorySegment.copy(src, srcOffset, dst, Layouts.F32, offset, count);
+        MemorySegment.copy(src, srcOffset, dst, Blocks.F32, offset, count);
     }
 
     @Override
@@ -30,13 +31,13 @@ public final class F32Quantizer implements Quantizer {
         int i = 0;
         for (; i + 4 <= count; i += 4) {
             long o = offset + 4L * i;
-            s0 += src.get(Layouts.F32, o) * x[xOffset + i];
-            s1 += src.get(Layouts.F32, o + 4) * x[xOffset + i + 1];
-            s2 += src.get(Layouts.F32, o + 8) * x[xOffset + i + 2];
-            s3 += src.get(Layouts.F32, o + 12) * x[xOffset + i + 3];
+            s0 += src.get(Blocks.F32, o) * x[xOffset + i];
+            s1 += src.get(Blocks.F32, o + 4) * x[xOffset + i + 1];
+            s2 += src.get(Blocks.F32, o + 8) * x[xOffset + i + 2];
+            s3 += src.get(Blocks.F32, o + 12) * x[xOffset + i + 3];
         }
         for (; i < count; i++) {
-            s0 += src.get(Layouts.F32, offset + 4L * i) * x[xOffset + i];
+            s0 += src.get(Blocks.F32, offset + 4L * i) * x[xOffset + i];
         }
         return (s0 + s1) + (s2 + s3);
     }

@@ -1,6 +1,7 @@
 package dev.prefill4j.engine.formats;
 
 import dev.prefill4j.api.ApiVersion;
+import dev.prefill4j.api.spi.Blocks;
 import dev.prefill4j.api.spi.Quantizer;
 import java.lang.foreign.MemorySegment;
 import java.util.OptionalInt;
@@ -23,23 +24,24 @@ public final class Q8_0Quantizer implements Quantizer {
     @Override public int blockSize() { return QK; }
     @Override public int blockBytes() { return BLOCK_BYTES; }
     @Override public OptionalInt ggufType() { return OptionalInt.of(8); }
+    @Override public String activationFormat() { return "q8_0"; }
 
     @Override
     public void decode(MemorySegment src, long offset, float[] dst, int dstOffset, int count) {
-        Layouts.checkCount(count, QK, id());
+        Blocks.checkCount(count, QK, id());
         for (int b = 0; b < count / QK; b++) {
             long o = offset + (long) b * BLOCK_BYTES;
-            float d = Float.float16ToFloat(src.get(Layouts.I16, o));
+            float d = Float.float16ToFloat(src.get(Blocks.I16, o));
             int base = dstOffset + b * QK;
             for (int j = 0; j < QK; j++) {
-                dst[base + j] = src.get(Layouts.I8, o + 2 + j) * d;
+                dst[base + j] = src.get(Blocks.I8, o + 2 + j) * d;
             }
         }
     }
 
     @Override
     public void encode(float[] src, int srcOffset, int count, MemorySegment dst, long offset) {
-        Layouts.checkCount(count, QK, id());
+        Blocks.checkCount(count, QK, id());
         for (int b = 0; b < count / QK; b++) {
             int base = srcOffset + b * QK;
             float amax = 0;
@@ -49,29 +51,24 @@ public final class Q8_0Quantizer implements Quantizer {
             float d = amax / 127f;
             float id = d != 0 ? 1f / d : 0f;
             long o = offset + (long) b * BLOCK_BYTES;
-            dst.set(Layouts.I16, o, Float.floatToFloat16(d));
+            dst.set(Blocks.I16, o, Float.floatToFloat16(d));
             for (int j = 0; j < QK; j++) {
-                dst.set(Layouts.I8, o + 2 + j, (byte) roundHalfAway(src[base + j] * id));
+                dst.set(Blocks.I8, o + 2 + j, (byte) Blocks.roundHalfAway(src[base + j] * id));
             }
         }
     }
 
-    /** C {@code roundf}: half away from zero (FORMATS.md §0; {@code Math.round} would round half up). */
-    static int roundHalfAway(float v) {
-        return (int) Math.copySign(Math.floor(Math.abs((double) v) + 0.5), v);
-    }
-
     @Override
     public float dot(MemorySegment src, long offset, float[] x, int xOffset, int count) {
-        Layouts.checkCount(count, QK, id());
+        Blocks.checkCount(count, QK, id());
         float sum = 0;
         for (int b = 0; b < count / QK; b++) {
             long o = offset + (long) b * BLOCK_BYTES;
-            float d = Float.float16ToFloat(src.get(Layouts.I16, o));
+            float d = Float.float16ToFloat(src.get(Blocks.I16, o));
             int base = xOffset + b * QK;
             float s = 0;
             for (int j = 0; j < QK; j++) {
-                s += src.get(Layouts.I8, o + 2 + j) * x[base + j];
+                s += src.get(Blocks.I8, o + 2 + j) * x[base + j];
             }
             sum += s * d;
         }

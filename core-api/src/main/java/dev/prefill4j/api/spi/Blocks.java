@@ -1,0 +1,77 @@
+package dev.prefill4j.api.spi;
+
+import dev.prefill4j.api.Api;
+import java.lang.foreign.MemorySegment;
+import java.lang.foreign.ValueLayout;
+import java.nio.ByteOrder;
+
+/**
+ * Helpers for format plugins that read and write GGUF-style blocks: little-endian unaligned layouts and the
+ * exact rounding functions the ecosystem's reference quantizers use (FORMATS.md §0), so a plugin can be
+ * byte-compatible with llama.cpp without re-deriving them.
+ *
+ * @since 0.1
+ */
+@Api.Stable
+public final class Blocks {
+    /** Little-endian, unaligned float32. */
+    public static final ValueLayout.OfFloat F32 = ValueLayout.JAVA_FLOAT_UNALIGNED.withOrder(ByteOrder.LITTLE_ENDIAN);
+    /** Little-endian, unaligned 16-bit (fp16 bits, int16). */
+    public static final ValueLayout.OfShort I16 = ValueLayout.JAVA_SHORT_UNALIGNED.withOrder(ByteOrder.LITTLE_ENDIAN);
+    /** Little-endian, unaligned 32-bit. */
+    public static final ValueLayout.OfInt I32 = ValueLayout.JAVA_INT_UNALIGNED.withOrder(ByteOrder.LITTLE_ENDIAN);
+    /** One byte. */
+    public static final ValueLayout.OfByte I8 = ValueLayout.JAVA_BYTE;
+
+    private Blocks() {
+    }
+
+    /** {@return the fp16 at {@code offset} as a float} @param s segment @param offset byte offset */
+    public static float fp16(MemorySegment s, long offset) {
+        return Float.float16ToFloat(s.get(I16, offset));
+    }
+
+    /** Stores {@code v} as fp16 (round to nearest even) at {@code offset}. @param s segment @param offset byte offset @param v value */
+    public static void fp16(MemorySegment s, long offset, float v) {
+        s.set(I16, offset, Float.floatToFloat16(v));
+    }
+
+    /** {@return the unsigned byte at {@code offset}} @param s segment @param offset byte offset */
+    public static int u8(MemorySegment s, long offset) {
+        return s.get(I8, offset) & 0xFF;
+    }
+
+    /**
+     * ggml's {@code nearest_int}: round half to even (ggml-quants.c adds 1.5 * 2^23 and reads the mantissa).
+     *
+     * @param f a value with {@code |f| <= 4194303}
+     * @return the nearest integer, ties to even
+     */
+    public static int nearestInt(float f) {
+        return (int) Math.rint(f);
+    }
+
+    /**
+     * C {@code roundf}/{@code lroundf}: round half away from zero ({@link Math#round} rounds half up instead).
+     *
+     * @param v the value
+     * @return the rounded value
+     */
+    public static int roundHalfAway(float v) {
+        return (int) Math.copySign(Math.floor(Math.abs((double) v) + 0.5), v);
+    }
+
+    /**
+     * Checks a row length against a block size.
+     *
+     * @param count     elements
+     * @param blockSize elements per block
+     * @param id        the format id, for the message
+     * @throws IllegalArgumentException if {@code count} is not a multiple of {@code blockSize}
+     */
+    public static void checkCount(int count, int blockSize, String id) {
+        if (count < 0 || count % blockSize != 0) {
+            throw new IllegalArgumentException(id + ": " + count + " elements is not a multiple of " + blockSize);
+        }
+    }
+}

@@ -1,0 +1,88 @@
+package dev.prefill4j.quant.q4_0;
+
+import dev.prefill4j.api.ApiVersion;
+import dev.prefill4j.api.spi.Blocks;
+import dev.prefill4j.api.spi.Quantizer;
+import java.lang.foreign.MemorySegment;
+import java.util.OptionalInt;
+
+/**
+ * GGUF Q4_0 (type 2): 32 weights in 18 bytes, {@code d} fp16 at 0, {@code qs[16]} at 2. Byte {@code qs[j]} holds
+ * element {@code j} in its low nibble and element {@code j+16} in its high nibble; {@code y = (q - 8) * d}
+ * (FORMATS.md §1).
+ *
+ * <p>Encoder = ggml's {@code quantize_row_q4_0_ref}: {@code max} is the signed value of largest magnitude (first
+ * wins), {@code d = max / -8}, {@code q = min(15, (int)(x / d + 8.5))} with C's truncating cast, the reciprocal
+ * taken from the fp32 {@code d}.
+ */
+public final class Q4_0Quantizer implements Quantizer {
+    static final int QK = 32;
+    static final int BYTES = 18;
+
+    @Override public String id() { return "q4_0"; }
+    @Override public String apiVersion() { return ApiVersion.CURRENT; }
+    @Override public String description() { return "GGUF Q4_0: 32 x 4-bit + fp16 scale, 4.5 bits/weight, type 2"; }
+    @Override public int blockSize() { return QK; }
+    @Override public int blockBytes() { return BYTES; }
+    @Override public OptionalInt ggufType() { return OptionalInt.of(2); }
+    @Override public String activationFormat() { return "q8_0"; }
+
+    @Override
+    public void decode(MemorySegment src, long offset, float[] dst, int dstOffset, int count) {
+        Blocks.checkCount(count, QK, id());
+        for (int b = 0; b < count / QK; b++) {
+            long o = offset + (long) b * BYTES;
+            float d = Blocks.fp16(src, o);
+            int base = dstOffset + b * QK;
+            for (int j = 0; j < 16; j++) {
+                int q = Blocks.u8(src, o + 2 + j);
+                dst[base + j] = ((q & 0x0F) - 8) * d;
+                dst[base + j + 16] = ((q >>> 4) - 8) * d;
+            }
+        }
+    }
+
+    @Override
+    public void encode(float[] src, int srcOffset, int count, MemorySegment dst, long offset) {
+        Blocks.checkCount(count, QK, id());
+        for (int b = 0; b < count / QK; b++) {
+            int base = srcOffset + b * QK;
+            float amax = 0;
+            float max = 0;
+            for (int j = 0; j < QK; j++) {
+                float v = src[base + j];
+                if (amax < Math.abs(v)) {
+                    amax = Math.abs(v);
+                    max = v;
+                }
+            }
+            float d = max / -8f;
+            float id = d != 0 ? 1f / d : 0f;
+            long o = offset + (long) b * BYTES;
+            Blocks.fp16(dst, o, d);
+            for (int j = 0; j < 16; j++) {
+                // (int8_t)(x + 8.5f) truncates toward zero, then MIN(15, ...).
+                int q0 = Math.min(15, (byte) (int) (src[base + j] * id + 8.5f));
+                int q1 = Math.min(15, (byte) (int) (src[base + j + 16] * id + 8.5f));
+                dst.set(Blocks.I8, o + 2 + j, (byte) ((q0 & 0xFF) | (q1 << 4)));
+            }
+        }
+    }
+
+    @Override
+    public float dot(MemorySegment src, long offset, float[] x, int xOffset, int count) {
+        Blocks.checkCount(count, QK, id());
+        float sum = 0;
+        for (int b = 0; b < count / QK; b++) {
+            long o = offset + (long) b * BYTES;
+            int base = xOffset + b * QK;
+            float s = 0;
+            for (int j = 0; j < 16; j++) {
+                int q = Blocks.u8(src, o + 2 + j);
+                s += ((q & 0x0F) - 8) * x[base + j] + ((q >>> 4) - 8) * x[base + j + 16];
+            }
+            sum += s * Blocks.fp16(src, o);
+        }
+        return sum;
+    }
+}

@@ -1,0 +1,129 @@
+package dev.prefill4j.quant.q4k;
+
+import dev.prefill4j.api.ApiVersion;
+import dev.prefill4j.api.spi.Blocks;
+import dev.prefill4j.api.spi.Quantizer;
+import java.lang.foreign.MemorySegment;
+import java.util.OptionalInt;
+
+/**
+ * GGUF Q6_K (type 14): 256 weights in 210 bytes: {@code ql[128]} low nibbles at 0, {@code qh[64]} high 2-bit pairs
+ * at 128, sixteen int8 scales at 192, {@code d} fp16 at 208; {@code y = d * sc * (q - 32)} (FORMATS.md §2).
+ * Encoder: ggml's {@code quantize_row_q6_K_ref}.
+ */
+public final class Q6KQuantizer implements Quantizer {
+    static final int QK = 256;
+    static final int BYTES = 210;
+
+    @Override public String id() { return "q6_k"; }
+    @Override public String apiVersion() { return ApiVersion.CURRENT; }
+    @Override public String description() { return "GGUF Q6_K: 256 x 6-bit, int8 scales per 16, 6.56 bits/weight, type 14"; }
+    @Override public int blockSize() { return QK; }
+    @Override public int blockBytes() { return BYTES; }
+    @Override public OptionalInt ggufType() { return OptionalInt.of(14); }
+    @Override public String activationFormat() { return "q8_k"; }
+
+    /** The signed level (-32..31) of element {@code e} (0..255) of the block at {@code o}. */
+    static int level(MemorySegment s, long o, int e) {
+        int h = e / 128;
+        int r = e % 128;
+        int quarter = r / 32;
+        int l = r % 32;
+        long ql = o + 64 * h + (quarter % 2 == 0 ? l : l + 32);
+        int lo = quarter < 2 ? Blocks.u8(s, ql) & 0x0F : Blocks.u8(s, ql) >>> 4;
+        int hi = (Blocks.u8(s, o + 128 + 32 * h + l) >>> (2 * quarter)) & 3;
+        return (lo | (hi << 4)) - 32;
+    }
+
+    /** The scale of element {@code e}: group {@code e / 16}. */
+    static int scale(MemorySegment s, long o, int e) {
+        return s.get(Blocks.I8, o + 192 + e / 16);
+    }
+
+    @Override
+    public void decode(MemorySegment src, long offset, float[] dst, int dstOffset, int count) {
+        Blocks.checkCount(count, QK, id());
+        for (int b = 0; b < count / QK; b++) {
+            long o = offset + (long) b * BYTES;
+            float d = Blocks.fp16(src, o + 208);
+            int base = dstOffset + b * QK;
+            for (int e = 0; e < QK; e++) {
+                dst[base + e] = d * scale(src, o, e) * level(src, o, e);
+            }
+        }
+    }
+
+    @Override
+    public float dot(MemorySegment src, long offset, float[] x, int xOffset, int count) {
+        Blocks.checkCount(count, QK, id());
+        float sum = 0;
+        for (int b = 0; b < count / QK; b++) {
+            long o = offset + (long) b * BYTES;
+            float d = Blocks.fp16(src, o + 208);
+            int base = xOffset + b * QK;
+            for (int g = 0; g < 16; g++) {
+                float s = 0;
+                for (int e = 16 * g; e < 16 * g + 16; e++) {
+                    s += level(src, o, e) * x[base + e];
+                }
+                sum += d * scale(src, o, 16 * g) * s;
+            }
+        }
+        return sum;
+    }
+
+    @Override
+    public void encode(float[] src, int srcOffset, int count, MemorySegment dst, long offset) {
+        Blocks.checkCount(count, QK, id());
+        int[] levels = new int[QK];
+        float[] scales = new float[16];
+        for (int b = 0; b < count / QK; b++) {
+            int base = srcOffset + b * QK;
+            long o = offset + (long) b * BYTES;
+            float maxScale = 0;
+            float maxAbsScale = 0;
+            for (int g = 0; g < 16; g++) {
+                float scale = KQuants.makeQx(16, 32, src, base + 16 * g, levels, 16 * g);
+                scales[g] = scale;
+                if (Math.abs(scale) > maxAbsScale) {
+                    maxAbsScale = Math.abs(scale);
+                    maxScale = scale;
+                }
+            }
+            if (maxAbsScale < 1e-15f) {
+                dst.asSlice(o, BYTES).fill((byte) 0);
+                continue;
+            }
+            float iscale = -128f / maxScale;
+            Blocks.fp16(dst, o + 208, 1 / iscale);
+            for (int g = 0; g < 16; g++) {
+                dst.set(Blocks.I8, o + 192 + g, (byte) Math.min(127, Blocks.nearestInt(iscale * scales[g])));
+            }
+            float dd = Blocks.fp16(dst, o + 208);
+            for (int g = 0; g < 16; g++) {
+                float d = dd * dst.get(Blocks.I8, o + 192 + g);
+                if (d == 0) {
+                    continue;
+                }
+                for (int i = 0; i < 16; i++) {
+                    int l = Blocks.nearestInt(src[base + 16 * g + i] / d);
+                    levels[16 * g + i] = Math.max(-32, Math.min(31, l)) + 32;
+                }
+            }
+            for (int h = 0; h < 2; h++) {
+                int j = 128 * h;
+                for (int l = 0; l < 32; l++) {
+                    int q1 = levels[j + l] & 0x0F;
+                    int q2 = levels[j + l + 32] & 0x0F;
+                    int q3 = levels[j + l + 64] & 0x0F;
+                    int q4 = levels[j + l + 96] & 0x0F;
+                    dst.set(Blocks.I8, o + 64 * h + l, (byte) (q1 | (q3 << 4)));
+                    dst.set(Blocks.I8, o + 64 * h + l + 32, (byte) (q2 | (q4 << 4)));
+                    dst.set(Blocks.I8, o + 128 + 32 * h + l, (byte) ((levels[j + l] >>> 4)
+                            | ((levels[j + l + 32] >>> 4) << 2) | ((levels[j + l + 64] >>> 4) << 4)
+                            | ((levels[j + l + 96] >>> 4) << 6)));
+                }
+            }
+        }
+    }
+}
