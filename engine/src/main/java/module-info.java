@@ -17,6 +17,7 @@ module dev.prefill4j.engine {
     exports dev.prefill4j.engine.gguf;
     exports dev.prefill4j.engine.llama2c;
     exports dev.prefill4j.engine.model;
+    exports dev.prefill4j.engine.quantize;
     exports dev.prefill4j.engine.registry;
     exports dev.prefill4j.engine.tokenizer;
 

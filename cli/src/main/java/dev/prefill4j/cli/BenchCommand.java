@@ -1,6 +1,5 @@
 package dev.prefill4j.cli;
 
-import dev.prefill4j.api.spi.KVElementType;
 import dev.prefill4j.engine.Engine;
 import dev.prefill4j.api.PrefillException;
 import dev.prefill4j.engine.Session;
@@ -43,9 +42,6 @@ final class BenchCommand implements Callable<Integer> {
             description = "Timed repetitions per test, after one warm-up (default: ${DEFAULT-VALUE}).")
     int reps;
 
-    @Option(names = "--kv-type", paramLabel = "TYPE", defaultValue = "f16", description = "KV element type (default: ${DEFAULT-VALUE}).")
-    String kvType;
-
     @Option(names = "--json", description = "Print JSON.")
     boolean json;
 
@@ -58,7 +54,6 @@ final class BenchCommand implements Callable<Integer> {
         if (reps < 1 || gen < 0 || Arrays.stream(prompts).anyMatch(p -> p < 1)) {
             throw new PrefillException(PrefillException.Code.ARGUMENT, "-r must be >= 1, -n >= 0, every -p >= 1");
         }
-        KVElementType kv = RunCommand.parseKvType(kvType);
         List<Map<String, Object>> results = new ArrayList<>();
         try (Engine e = engine.openEngine(); LlamaModel model = engine.loadModel(e)) {
             int vocab = model.config().vocab();
@@ -81,8 +76,7 @@ final class BenchCommand implements Callable<Integer> {
                 for (int r = -1; r < reps; r++) {
                     System.err.printf("\rbench %s: %s %d/%d ", test, r < 0 ? "warm-up" : "run", Math.max(0, r + 1), reps);
                     int[] ids = new SplittableRandom(42 + r).ints(n, 3, vocab).toArray();
-                    SessionOptions so = SessionOptions.defaults().withKvType(kv)
-                            .withContextLength(Math.min(model.config().contextLength(), Math.max(n + 1, 512)));
+                    SessionOptions so = engine.sessionOptions(Math.min(model.config().contextLength(), Math.max(n + 1, 512)));
                     try (Session s = e.newSession(model, so)) {
                         long t0 = System.nanoTime();
                         if (pp) {

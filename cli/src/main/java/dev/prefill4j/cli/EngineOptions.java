@@ -1,6 +1,9 @@
 package dev.prefill4j.cli;
 
+import dev.prefill4j.api.spi.KVElementType;
 import dev.prefill4j.engine.Engine;
+import dev.prefill4j.engine.SessionOptions;
+import java.util.Locale;
 import dev.prefill4j.api.PrefillException;
 import dev.prefill4j.engine.model.LlamaModel;
 import dev.prefill4j.engine.model.SyntheticLlama;
@@ -40,8 +43,37 @@ final class EngineOptions {
     @Option(names = "--kv", paramLabel = "ID", description = "KV store id (default: memory).")
     String kv;
 
+    @Option(names = "--kv-type", paramLabel = "TYPE", defaultValue = "f16",
+            description = "KV cache element type: f32 or f16 (default: ${DEFAULT-VALUE}).")
+    String kvType;
+
+    @Option(names = "--activations", paramLabel = "MODE", defaultValue = "f32",
+            description = "f32, or quantized: round each projection's input to its weight format's activation "
+                    + "format (Q8_0 for Q4_0/Q5_0/Q8_0, Q8_K for K-quants, F16 for F16) as llama.cpp does "
+                    + "(default: ${DEFAULT-VALUE}).")
+    String activations;
+
     @Option(names = "--verbose", description = "Print stack traces and the plugin registry's log.")
     boolean verbose;
+
+    KVElementType kvElementType() {
+        try {
+            return KVElementType.valueOf(kvType.toUpperCase(Locale.ROOT));
+        } catch (IllegalArgumentException e) {
+            throw new PrefillException(PrefillException.Code.ARGUMENT, "unknown --kv-type '" + kvType + "'; use f32 or f16");
+        }
+    }
+
+    /** {@return session options from --kv-type and --activations, with the given context length} @param ctx 0 = model's */
+    SessionOptions sessionOptions(int ctx) {
+        SessionOptions.Activations mode = switch (activations.toLowerCase(Locale.ROOT)) {
+            case "f32" -> SessionOptions.Activations.F32;
+            case "quantized" -> SessionOptions.Activations.QUANTIZED;
+            default -> throw new PrefillException(PrefillException.Code.ARGUMENT,
+                    "unknown --activations '" + activations + "'; use f32 or quantized");
+        };
+        return SessionOptions.defaults().withKvType(kvElementType()).withContextLength(ctx).withActivations(mode);
+    }
 
     Engine openEngine() {
         Engine.Builder b = Engine.builder().backend(backend).kvStore(kv);

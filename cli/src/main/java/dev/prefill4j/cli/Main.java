@@ -18,7 +18,7 @@ import picocli.CommandLine.Option;
  */
 @Command(name = "prefill4j", mixinStandardHelpOptions = true, versionProvider = Main.Version.class,
         description = {"A Java LLM inference engine built for fast prefill.", ""},
-        subcommands = {RunCommand.class, InspectCommand.class, PluginsCommand.class, SynthCommand.class,
+        subcommands = {RunCommand.class, InspectCommand.class, PluginsCommand.class, SynthCommand.class, QuantizeCommand.class,
                 BenchCommand.class, CommandLine.HelpCommand.class},
         footer = {"", "Run 'prefill4j COMMAND --help' for a command's options.",
                 "Example: prefill4j run -m model.gguf -p \"Once upon a time\" -n 32 --temp 0"})

@@ -1,6 +1,5 @@
 package dev.prefill4j.cli;
 
-import dev.prefill4j.api.spi.KVElementType;
 import dev.prefill4j.engine.Engine;
 import dev.prefill4j.engine.Generation;
 import dev.prefill4j.api.PrefillException;
@@ -60,10 +59,6 @@ final class RunCommand implements Callable<Integer> {
             description = "Context length; 0 = the model's (default: ${DEFAULT-VALUE}).")
     int ctx;
 
-    @Option(names = "--kv-type", paramLabel = "TYPE", defaultValue = "f16",
-            description = "KV cache element type: f32 or f16 (default: ${DEFAULT-VALUE}).")
-    String kvType;
-
     @Option(names = "--ignore-eos", description = "Keep generating after the end-of-sequence token.")
     boolean ignoreEos;
 
@@ -74,14 +69,6 @@ final class RunCommand implements Callable<Integer> {
             description = "Write the logits of every prompt position as float32 little-endian [n_prompt][n_vocab].")
     Path logitsOut;
 
-    static KVElementType parseKvType(String s) {
-        try {
-            return KVElementType.valueOf(s.toUpperCase(Locale.ROOT));
-        } catch (IllegalArgumentException e) {
-            throw new PrefillException(PrefillException.Code.ARGUMENT, "unknown --kv-type '" + s + "'; use f32 or f16");
-        }
-    }
-
     @Override
     public Integer call() throws IOException {
         if (nPredict < 0) {
@@ -89,10 +76,10 @@ final class RunCommand implements Callable<Integer> {
         }
         long samplingSeed = seed != null ? seed : System.nanoTime();
         Sampler sampler = new Sampler(new SamplerConfig(temperature, topK, topP, samplingSeed));
-        KVElementType kv = parseKvType(kvType);
+        SessionOptions options = engine.sessionOptions(ctx);
         PrintStream out = System.out;
         try (Engine e = engine.openEngine(); LlamaModel model = engine.loadModel(e);
-             Session session = e.newSession(model, SessionOptions.defaults().withKvType(kv).withContextLength(ctx))) {
+             Session session = e.newSession(model, options)) {
             if (model.synthetic() && !json) {
                 System.err.println("[synthetic model " + model.source() + ": random weights, the text is meaningless]");
             }
@@ -108,7 +95,8 @@ final class RunCommand implements Callable<Integer> {
                 doc.put("synthetic", model.synthetic());
                 doc.put("format", model.formatSummary());
                 doc.put("backend", e.device().description());
-                doc.put("kv_type", kv.name().toLowerCase(Locale.ROOT));
+                doc.put("kv_type", options.kvType().name().toLowerCase(Locale.ROOT));
+                doc.put("activations", options.activations().name().toLowerCase(Locale.ROOT));
                 doc.put("seed", samplingSeed);
                 doc.put("temperature", temperature);
                 doc.put("prompt", prompt);

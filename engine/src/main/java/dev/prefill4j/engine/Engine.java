@@ -188,7 +188,26 @@ public final class Engine implements AutoCloseable {
         }
         KVConfig kv = new KVConfig(c.layers(), c.kvDim(), capacity, options.kvType(),
                 Math.min(options.pageSize(), capacity), options.kvOptions());
-        return new Session(model, device, kernel, kvStore.open(kv), capacity, Math.min(options.chunkSize(), capacity));
+        return new Session(model, device, kernel, kvStore.open(kv), capacity, Math.min(options.chunkSize(), capacity),
+                activationFormats(model, options.activations()));
+    }
+
+    /** For {@code QUANTIZED}: each weight format of the model mapped to its activation format (f32 left out). */
+    private java.util.Map<Quantizer, Quantizer> activationFormats(LlamaModel model, SessionOptions.Activations mode) {
+        java.util.Map<Quantizer, Quantizer> map = new java.util.HashMap<>();
+        if (mode == SessionOptions.Activations.F32) {
+            return map;
+        }
+        for (Quantizer w : model.weightFormats()) {
+            String id = w.activationFormat();
+            if (id.equals("f32")) {
+                continue;
+            }
+            map.put(w, registry.quantizer(id).orElseThrow(() -> new PrefillException(PrefillException.Code.MISSING_FORMAT,
+                    "quantized activations for " + w.id() + " weights use format '" + id + "', which no module on the "
+                    + "path provides (run 'prefill4j plugins')")));
+        }
+        return map;
     }
 
     /** Closes the device. */

@@ -6,7 +6,11 @@ import dev.prefill4j.api.spi.AttentionKernel;
 import dev.prefill4j.api.spi.AttentionRequest;
 import dev.prefill4j.api.spi.ComputeDevice;
 import dev.prefill4j.api.spi.KVCache;
+import dev.prefill4j.api.spi.Quantizer;
 import dev.prefill4j.api.spi.WeightMatrix;
+import java.lang.foreign.Arena;
+import java.lang.foreign.MemorySegment;
+import java.util.Map;
 import dev.prefill4j.engine.model.LlamaConfig;
 import dev.prefill4j.engine.model.LlamaModel;
 import java.util.Arrays;
@@ -43,9 +47,13 @@ public final class Session implements AutoCloseable {
     private final float[] att;
     private final float[] gate;
     private final float[] up;
+    /** Weight format -> the format its input activations are rounded to; empty for float32 activations. */
+    private final Map<Quantizer, Quantizer> activationFormats;
+    private final float[] quantized;
+    private final MemorySegment quantizedRow;
 
     Session(LlamaModel model, ComputeDevice device, AttentionKernel attention, KVCache cache, int capacity,
-            int chunk) {
+            int chunk, Map<Quantizer, Quantizer> activationFormats) {
         this.model = model;
         this.c = model.config();
         this.device = device;
@@ -61,6 +69,11 @@ public final class Session implements AutoCloseable {
         this.att = new float[chunk * c.qDim()];
         this.gate = new float[chunk * c.ffnDim()];
         this.up = new float[chunk * c.ffnDim()];
+        this.activationFormats = Map.copyOf(activationFormats);
+        int widest = Math.max(Math.max(c.dim(), c.qDim()), c.ffnDim());
+        this.quantized = activationFormats.isEmpty() ? null : new float[chunk * widest];
+        long rowBytes = activationFormats.values().stream().mapToLong(q -> q.blockBytes() * (long) widest).max().orElse(0);
+        this.quantizedRow = activationFormats.isEmpty() ? null : Arena.ofAuto().allocate(Math.max(1, rowBytes));
     }
 
     /** {@return positions processed so far} */
@@ -178,21 +191,21 @@ public final class Session implements AutoCloseable {
         for (int l = 0; l < c.layers(); l++) {
             LlamaModel.Layer w = model.layer(l);
             device.rmsNorm(x, n, w.attnNorm(), c.rmsEps(), xb);
-            device.matmul(w.wq(), xb, n, q);
-            device.matmul(w.wk(), xb, n, k);
-            device.matmul(w.wv(), xb, n, v);
+            project(w.wq(), xb, n, q);
+            project(w.wk(), xb, n, k);
+            project(w.wv(), xb, n, v);
             device.rope(q, n, c.heads(), c.headDim(), c.ropeDim(), pos, c.ropeBase());
             device.rope(k, n, c.kvHeads(), c.headDim(), c.ropeDim(), pos, c.ropeBase());
             cache.append(l, pos, n, k, v);
             attention.attend(new AttentionRequest(q, n, pos, cache, l, c.heads(), c.kvHeads(), c.headDim(),
                     (float) (1.0 / Math.sqrt(c.headDim())), att));
-            device.matmul(w.wo(), att, n, xb);
+            project(w.wo(), att, n, xb);
             addInPlace(x, xb, n * dim);
             device.rmsNorm(x, n, w.ffnNorm(), c.rmsEps(), xb);
-            device.matmul(w.gate(), xb, n, gate);
-            device.matmul(w.up(), xb, n, up);
+            project(w.gate(), xb, n, gate);
+            project(w.up(), xb, n, up);
             device.swiglu(gate, up, n * c.ffnDim());
-            device.matmul(w.down(), gate, n, xb);
+            project(w.down(), gate, n, xb);
             addInPlace(x, xb, n * dim);
             checkFinite(x, n, dim, "output of layer " + l, pos);
         }
@@ -207,11 +220,30 @@ public final class Session implements AutoCloseable {
         System.arraycopy(x, from * dim, normed, 0, rows * dim);
         device.rmsNorm(normed, rows, model.outputNorm(), c.rmsEps(), normed);
         float[] result = outRow == 0 && out.length == rows * vocab ? out : new float[rows * vocab];
-        device.matmul(model.output(), normed, rows, result);
+        project(model.output(), normed, rows, result);
         if (result != out) {
             System.arraycopy(result, 0, out, outRow * vocab, rows * vocab);
         }
         checkFinite(result, rows, vocab, "logits", position - (from == 0 && rows > 1 ? rows : 1));
+    }
+
+    /**
+     * One projection. With quantized activations each input row is first rounded through the weight format's
+     * activation format (encode, then decode): numerically what llama.cpp's integer dot products compute, up to the
+     * order of float additions.
+     */
+    private void project(WeightMatrix w, float[] x, int rows, float[] out) {
+        Quantizer act = activationFormats.get(w.format());
+        if (act == null) {
+            device.matmul(w, x, rows, out);
+            return;
+        }
+        int cols = w.cols();
+        for (int r = 0; r < rows; r++) {
+            act.encode(x, r * cols, cols, quantizedRow, 0);
+            act.decode(quantizedRow, 0, quantized, r * cols, cols);
+        }
+        device.matmul(w, quantized, rows, out);
     }
 
     private static void addInPlace(float[] a, float[] b, int n) {

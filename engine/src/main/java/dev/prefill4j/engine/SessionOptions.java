@@ -12,11 +12,31 @@ import java.util.Map;
  * @param chunkSize     prefill chunk in tokens: memory for activations is bounded by it
  * @param pageSize      KV page size in positions
  * @param kvOptions     options passed to the KV store
+ * @param activations   how activations meet the weights in every projection
  * @since 0.1
  */
 @Api.Stable
 public record SessionOptions(KVElementType kvType, int contextLength, int chunkSize, int pageSize,
-                             Map<String, String> kvOptions) {
+                             Map<String, String> kvOptions, Activations activations) {
+    /**
+     * How activations enter the matrix products.
+     *
+     * @since 0.1
+     */
+    @Api.Stable
+    public enum Activations {
+        /** float32 activations: more precise than llama.cpp. */
+        F32,
+        /**
+         * Each projection's input is rounded to its weight format's {@link
+         * dev.prefill4j.api.spi.Quantizer#activationFormat() activation format} first (Q8_0 blocks for Q4_0/Q5_0/Q8_0,
+         * Q8_K for K-quants, F16 for F16, BF16 for BF16), as llama.cpp does inside its dot products; logits then match
+         * llama.cpp's to about 1e-3.
+         */
+        QUANTIZED
+    }
+
+
     /** Validates the values. */
     public SessionOptions {
         if (contextLength < 0 || chunkSize < 1 || pageSize < 1) {
@@ -24,20 +44,26 @@ public record SessionOptions(KVElementType kvType, int contextLength, int chunkS
                     + chunkSize + ", page " + pageSize);
         }
         kvOptions = Map.copyOf(kvOptions);
+        java.util.Objects.requireNonNull(activations, "activations");
     }
 
-    /** {@return F16 KV, the model's context, chunks of 512, pages of 256} */
+    /** {@return F16 KV, the model's context, chunks of 512, pages of 256, float32 activations} */
     public static SessionOptions defaults() {
-        return new SessionOptions(KVElementType.F16, 0, 512, 256, Map.of());
+        return new SessionOptions(KVElementType.F16, 0, 512, 256, Map.of(), Activations.F32);
     }
 
     /** {@return a copy with another KV element type} @param type the type */
     public SessionOptions withKvType(KVElementType type) {
-        return new SessionOptions(type, contextLength, chunkSize, pageSize, kvOptions);
+        return new SessionOptions(type, contextLength, chunkSize, pageSize, kvOptions, activations);
     }
 
     /** {@return a copy with another context length} @param n positions, 0 for the model's */
     public SessionOptions withContextLength(int n) {
-        return new SessionOptions(kvType, n, chunkSize, pageSize, kvOptions);
+        return new SessionOptions(kvType, n, chunkSize, pageSize, kvOptions, activations);
+    }
+
+    /** {@return a copy with another activation mode} @param mode the mode */
+    public SessionOptions withActivations(Activations mode) {
+        return new SessionOptions(kvType, contextLength, chunkSize, pageSize, kvOptions, mode);
     }
 }

@@ -25,7 +25,9 @@ class ArchitectureTest {
         Path root = Path.of(System.getProperty("prefill4j.root", ".."));
         all = new ClassFileImporter().withImportOption(ImportOption.Predefined.DO_NOT_INCLUDE_TESTS)
                 .importPaths(root.resolve("core-api/target/classes"), root.resolve("engine/target/classes"),
-                        root.resolve("backend-cpu/target/classes"), root.resolve("cli/target/classes"));
+                        root.resolve("backend-cpu/target/classes"), root.resolve("cli/target/classes"),
+                        root.resolve("quant-q4_0/target/classes"), root.resolve("quant-q4k/target/classes"),
+                        root.resolve("examples/custom-format/target/classes"));
     }
 
     @Test
@@ -39,8 +41,15 @@ class ArchitectureTest {
     /** A plugin module sees core-api and the JDK, nothing of the engine's internals or of another plugin. */
     @Test
     void pluginsDependOnCoreApiOnly() {
-        noClasses().that().resideInAnyPackage("dev.prefill4j.backend..", "dev.prefill4j.quant..", "dev.prefill4j.kvstore..")
+        noClasses().that().resideInAnyPackage("dev.prefill4j.backend..", "dev.prefill4j.quant..", "dev.prefill4j.kvstore..",
+                        "com.example..")
                 .should().dependOnClassesThat().resideInAnyPackage("dev.prefill4j.engine..", "dev.prefill4j.cli..")
+                .check(all);
+        noClasses().that().resideInAPackage("dev.prefill4j.quant.q4_0..")
+                .should().dependOnClassesThat().resideInAnyPackage("dev.prefill4j.quant.q4k..", "dev.prefill4j.backend..")
+                .check(all);
+        noClasses().that().resideInAPackage("dev.prefill4j.quant.q4k..")
+                .should().dependOnClassesThat().resideInAnyPackage("dev.prefill4j.quant.q4_0..", "dev.prefill4j.backend..")
                 .check(all);
         noClasses().that().resideInAPackage("dev.prefill4j.backend.cpu..")
                 .should().dependOnClassesThat().resideInAnyPackage("dev.prefill4j.quant..", "dev.prefill4j.kvstore..",
@@ -51,7 +60,7 @@ class ArchitectureTest {
     /** Formats are reached through the Quantizer SPI only: no class outside a format package names an implementation. */
     @Test
     void theEngineAndBackendsNeverNameAFormatImplementation() {
-        noClasses().that().resideOutsideOfPackages("dev.prefill4j.engine.formats..", "dev.prefill4j.quant..")
+        noClasses().that().resideOutsideOfPackages("dev.prefill4j.engine.formats..", "dev.prefill4j.quant..", "com.example..")
                 .should().dependOnClassesThat(implement(Quantizer.class).and(not(INTERFACES)))
                 .check(all);
     }
@@ -67,7 +76,7 @@ class ArchitectureTest {
         classes().that().arePublic().and().areTopLevelClasses()
                 .and().resideInAnyPackage("dev.prefill4j.api", "dev.prefill4j.api.spi", "dev.prefill4j.engine",
                         "dev.prefill4j.engine.gguf", "dev.prefill4j.engine.llama2c", "dev.prefill4j.engine.model",
-                        "dev.prefill4j.engine.registry", "dev.prefill4j.engine.tokenizer")
+                        "dev.prefill4j.engine.registry", "dev.prefill4j.engine.tokenizer", "dev.prefill4j.engine.quantize")
                 .and().doNotHaveSimpleName("package-info")
                 .should().beAnnotatedWith(Api.Stable.class).orShould().beAnnotatedWith(Api.Experimental.class)
                 .orShould().beAnnotatedWith(Api.Internal.class)

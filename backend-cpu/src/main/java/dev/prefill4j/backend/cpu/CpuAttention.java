@@ -79,12 +79,12 @@ public final class CpuAttention implements Attention {
                         float score = VectorOps.dot(r.q(), qo, s.k, j * hd, hd) * r.scale();
                         float m = s.max[qi];
                         if (score > m) {
-                            float correction = m == Float.NEGATIVE_INFINITY ? 0f : (float) Math.exp(m - score);
+                            float correction = m == Float.NEGATIVE_INFINITY ? 0f : (float) StrictMath.exp(m - score);
                             s.sum[qi] = s.sum[qi] * correction + 1f;
                             VectorOps.scaleAdd(s.acc, qi * hd, correction, 1f, s.v, j * hd, hd);
                             s.max[qi] = score;
                         } else {
-                            float weight = (float) Math.exp(score - m);
+                            float weight = (float) StrictMath.exp(score - m);
                             s.sum[qi] += weight;
                             VectorOps.scaleAdd(s.acc, qi * hd, 1f, weight, s.v, j * hd, hd);
                         }

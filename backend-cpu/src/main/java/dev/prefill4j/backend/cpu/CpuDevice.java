@@ -138,7 +138,8 @@ final class CpuDevice implements ComputeDevice {
     public void swiglu(float[] gate, float[] up, int n) {
         for (int i = 0; i < n; i++) {
             float g = gate[i];
-            gate[i] = (float) (g / (1.0 + Math.exp(-g))) * up[i];
+            // StrictMath: Math.exp's intrinsic may differ by an ulp from the interpreter's, making results warm-up dependent.
+            gate[i] = (float) (g / (1.0 + StrictMath.exp(-g))) * up[i];
         }
     }
 

@@ -1,7 +1,6 @@
 package dev.prefill4j.backend.cpu;
 
 import jdk.incubator.vector.FloatVector;
-import jdk.incubator.vector.VectorOperators;
 import jdk.incubator.vector.VectorSpecies;
 
 /**
@@ -27,6 +26,19 @@ final class VectorOps {
         };
     }
 
+    /**
+     * Sum of the lanes in a fixed order (lane 0 first). {@code reduceLanes(ADD)} leaves the order unspecified and
+     * the JIT's intrinsic and the interpreter differ, so results would depend on warm-up; with quantized
+     * activations a last-bit difference can flip an int8 rounding downstream.
+     */
+    static float sum(FloatVector v) {
+        float s = 0;
+        for (int i = 0; i < v.length(); i++) {
+            s += v.lane(i);
+        }
+        return s;
+    }
+
     /** {@code sum a[ao+i] * b[bo+i]} for {@code i < n}. */
     static float dot(float[] a, int ao, float[] b, int bo, int n) {
         int i = 0;
@@ -37,7 +49,7 @@ final class VectorOps {
             for (; i < bound; i += FLOATS.length()) {
                 acc = FloatVector.fromArray(FLOATS, a, ao + i).fma(FloatVector.fromArray(FLOATS, b, bo + i), acc);
             }
-            sum = acc.reduceLanes(VectorOperators.ADD);
+            sum = sum(acc);
         }
         for (; i < n; i++) {
             sum += a[ao + i] * b[bo + i];
@@ -63,10 +75,10 @@ final class VectorOps {
             a2 = FloatVector.fromArray(FLOATS, w, wo + 2 * n + i).fma(xv, a2);
             a3 = FloatVector.fromArray(FLOATS, w, wo + 3 * n + i).fma(xv, a3);
         }
-        float s0 = a0.reduceLanes(VectorOperators.ADD);
-        float s1 = a1.reduceLanes(VectorOperators.ADD);
-        float s2 = a2.reduceLanes(VectorOperators.ADD);
-        float s3 = a3.reduceLanes(VectorOperators.ADD);
+        float s0 = sum(a0);
+        float s1 = sum(a1);
+        float s2 = sum(a2);
+        float s3 = sum(a3);
         for (; i < n; i++) {
             float xi = x[xo + i];
             s0 += w[wo + i] * xi;

@@ -132,7 +132,7 @@ public final class GgufWriter {
                     + System.nanoTime() + ".partial");
             try (FileChannel ch = FileChannel.open(tmp, StandardOpenOption.READ, StandardOpenOption.WRITE,
                     StandardOpenOption.CREATE_NEW);
-                 Arena arena = Arena.ofConfined()) {
+                 Arena arena = Arena.ofShared()) { // shared: tensor data may be produced by many threads
                 MemorySegment out = ch.map(FileChannel.MapMode.READ_WRITE, 0, total, arena);
                 MemorySegment.copy(MemorySegment.ofArray(header), 0, out, 0, header.length);
                 long off = dataStart;

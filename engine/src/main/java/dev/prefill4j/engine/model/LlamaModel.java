@@ -169,7 +169,19 @@ public final class LlamaModel implements AutoCloseable {
         return content.tensors().stream().mapToLong(t -> t.data().byteSize()).sum();
     }
 
-    /** {@return e.g. "f32", or "mixed(q8_0,f16)"} */
+    /** {@return the formats of every matrix the forward pass multiplies by (layers and output)} */
+    public java.util.Set<Quantizer> weightFormats() {
+        java.util.Set<Quantizer> formats = new java.util.LinkedHashSet<>();
+        for (Layer l : layers) {
+            for (WeightMatrix w : new WeightMatrix[] {l.wq(), l.wk(), l.wv(), l.wo(), l.gate(), l.up(), l.down()}) {
+                formats.add(w.format());
+            }
+        }
+        formats.add(output.format());
+        return formats;
+    }
+
+    /** {@return e.g. "f32", or "mixed[f16, q8_0]" over the layers' matrices} */
     public String formatSummary() {
         java.util.Set<String> ids = new java.util.TreeSet<>();
         for (Layer l : layers) {

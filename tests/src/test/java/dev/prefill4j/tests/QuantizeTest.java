@@ -1,0 +1,81 @@
+package dev.prefill4j.tests;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertThrows;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import dev.prefill4j.api.PrefillException;
+import dev.prefill4j.api.spi.KVElementType;
+import dev.prefill4j.engine.Engine;
+import dev.prefill4j.engine.Generation;
+import dev.prefill4j.engine.Sampler;
+import dev.prefill4j.engine.SamplerConfig;
+import dev.prefill4j.engine.Session;
+import dev.prefill4j.engine.SessionOptions;
+import dev.prefill4j.engine.gguf.GgufFile;
+import dev.prefill4j.engine.gguf.GgufTensor;
+import dev.prefill4j.engine.model.LlamaModel;
+import dev.prefill4j.engine.quantize.ModelQuantizer;
+import dev.prefill4j.engine.registry.PluginRegistry;
+import java.nio.file.Path;
+import java.util.Map;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.io.TempDir;
+import org.junit.jupiter.params.ParameterizedTest;
+import org.junit.jupiter.params.provider.CsvSource;
+
+/** {@code prefill4j quantize} against the files llama-quantize made from the same F32 model. */
+class QuantizeTest {
+    @TempDir
+    Path dir;
+
+    /** Same per-tensor types, byte-identical data, same metadata value types, for every tensor. */
+    @ParameterizedTest
+    @CsvSource({"q8_0,tiny-256-Q8_0", "q4_0,tiny-256-Q4_0", "q4_k_m,tiny-256-Q4_K_M"})
+    void tensorDataIsByteIdenticalToLlamaQuantize(String type, String reference) throws Exception {
+        Path out = dir.resolve(reference + ".gguf");
+        Cli.Result r = Cli.run("quantize", Models.require("tiny-256-F32.gguf").toString(), out.toString(), "--type", type);
+        assertEquals(0, r.exit(), r.toString());
+        try (GgufFile ours = GgufFile.open(out); GgufFile theirs = GgufFile.open(Models.require(reference + ".gguf"))) {
+            assertEquals(theirs.tensors().size(), ours.tensors().size());
+            for (GgufTensor t : theirs.tensors()) {
+                GgufTensor u = ours.tensor(t.name()).orElseThrow(() -> new AssertionError("missing " + t.name()));
+                assertEquals(t.type(), u.type(), t.name() + " type");
+                assertEquals(-1L, t.data().mismatch(u.data()), t.name() + " first differing byte");
+            }
+            assertEquals(theirs.get("general.file_type"), ours.get("general.file_type"));
+            assertEquals(theirs.get("general.quantization_version"), ours.get("general.quantization_version"));
+            theirs.metadata().forEach((k, v) -> assertEquals(v.type(), ours.require(k).type(), k));
+        }
+    }
+
+    @Test
+    void quantizingToATypeWhoseModuleIsAbsentIsRefused() {
+        PluginRegistry withoutK = PluginRegistry.builder().properties(Map.of(PluginRegistry.PROP_EXCLUDE, "q4_k,q6_k")).build();
+        try (GgufFile in = GgufFile.open(Models.require("tiny-256-F32.gguf"))) {
+            PrefillException e = assertThrows(PrefillException.class, () -> ModelQuantizer.quantize(in,
+                    ModelQuantizer.FileType.parse("q4_k_m"), false, withoutK, dir.resolve("x.gguf"), null));
+            assertEquals(PrefillException.Code.MISSING_FORMAT, e.code());
+            assertTrue(e.getMessage().contains("add module dev.prefill4j.quant.q4k"), e.getMessage());
+        }
+        assertTrue(!dir.resolve("x.gguf").toFile().exists(), "nothing written under the target name");
+    }
+
+    /** The third-party example format runs a whole model: tiny-256 quantized to Q4_1 against the FP64 reference. */
+    @Test
+    void aModelInTheExampleFormatRuns() {
+        Path out = dir.resolve("tiny-q4_1.gguf");
+        try (GgufFile in = GgufFile.open(Models.require("tiny-256-F32.gguf"))) {
+            ModelQuantizer.quantize(in, ModelQuantizer.FileType.parse("q4_1"), false, PluginRegistry.load(), out, null);
+        }
+        try (Engine e = Engine.builder().threads(2).build(); LlamaModel m = e.load(out);
+             Session s = e.newSession(m, SessionOptions.defaults().withKvType(KVElementType.F32))) {
+            assertEquals("q4_1", m.layer(0).wq().format().id());
+            assertTrue(m.layer(0).wq().format().description().contains("example module"));
+            Generation g = s.generate(Models.PROMPT, 1, new Sampler(SamplerConfig.greedy()), true, true, null);
+            float[] ref = ReferenceLlama.logits(m.content(), e.registry(), g.promptIds());
+            double d = Models.maxAbsDiff(ref, g.promptLogits());
+            assertTrue(d <= 1e-4, "max |logit - FP64 reference| = " + d);
+        }
+    }
+}
