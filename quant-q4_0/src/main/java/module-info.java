@@ -3,7 +3,7 @@
  * inside Q4_K_M files for rows that are not a multiple of 256). Layouts and reference quantizers: FORMATS.md §1 and
  * ggml's {@code quantize_row_q4_0_ref} / {@code quantize_row_q5_0_ref}.
  *
- * @provides dev.prefill4j.api.spi.Quantizer q4_0 (GGUF type 2), q5_0 (GGUF type 6)
+ * @provides dev.prefill4j.api.spi.Quantizer q4_0 (GGUF type 2), q5_0 (6), q5_1 (7)
  * @since 0.1
  */
 module dev.prefill4j.quant.q4_0 {
@@ -11,5 +11,6 @@ module dev.prefill4j.quant.q4_0 {
 
     provides dev.prefill4j.api.spi.Quantizer with
             dev.prefill4j.quant.q4_0.Q4_0Quantizer,
-            dev.prefill4j.quant.q4_0.Q5_0Quantizer;
+            dev.prefill4j.quant.q4_0.Q5_0Quantizer,
+            dev.prefill4j.quant.q4_0.Q5_1Quantizer;
 }

@@ -28,15 +28,15 @@ public record GgmlType(int id, String name, int blockSize, int typeSize, String 
         add(2, "Q4_0", 32, 18, "dev.prefill4j.quant.q4_0");
         add(3, "Q4_1", 32, 20, null);
         add(6, "Q5_0", 32, 22, "dev.prefill4j.quant.q4_0");
-        add(7, "Q5_1", 32, 24, null);
+        add(7, "Q5_1", 32, 24, "dev.prefill4j.quant.q4_0");
         add(8, "Q8_0", 32, 34, ENGINE);
         add(9, "Q8_1", 32, 36, null);
         add(10, "Q2_K", 256, 84, null);
         add(11, "Q3_K", 256, 110, null);
         add(12, "Q4_K", 256, 144, "dev.prefill4j.quant.q4k");
-        add(13, "Q5_K", 256, 176, null);
+        add(13, "Q5_K", 256, 176, "dev.prefill4j.quant.q4k");
         add(14, "Q6_K", 256, 210, "dev.prefill4j.quant.q4k");
-        add(15, "Q8_K", 256, 292, null);
+        add(15, "Q8_K", 256, 292, "dev.prefill4j.quant.q4k");
         add(24, "I8", 1, 1, null);
         add(25, "I16", 1, 2, null);
         add(26, "I32", 1, 4, null);

@@ -12,8 +12,8 @@ import java.util.OptionalInt;
  * {@code quantize_row_q4_1_ref}: {@code d = (max - min) / 15}, {@code m = min},
  * {@code q = min(15, (int)((x - min) / d + 0.5))}.
  *
- * <p>llama.cpp pairs Q4_1 weights with Q8_1 activations; this example keeps activations in float32
- * ({@link #activationFormat()} is the default), so {@code --activations quantized} leaves Q4_1 projections exact.
+ * <p>llama.cpp pairs Q4_1 weights with Q8_1 activations, whose int8 values and scale equal Q8_0's (Q8_1 only adds a
+ * block sum), so {@link #activationFormat()} names the built-in {@code q8_0}.
  */
 public final class Q4_1Quantizer implements Quantizer {
     private static final int QK = 32;
@@ -30,6 +30,7 @@ public final class Q4_1Quantizer implements Quantizer {
     @Override public int blockSize() { return QK; }
     @Override public int blockBytes() { return BYTES; }
     @Override public OptionalInt ggufType() { return OptionalInt.of(3); }
+    @Override public String activationFormat() { return "q8_0"; }
 
     @Override
     public void decode(MemorySegment src, long offset, float[] dst, int dstOffset, int count) {

@@ -35,10 +35,8 @@ public final class Q5_0Quantizer implements Quantizer {
             int base = dstOffset + b * QK;
             for (int j = 0; j < 16; j++) {
                 int q = Blocks.u8(src, o + 6 + j);
-                int h0 = ((qh >>> j) << 4) & 0x10;
-                int h1 = (qh >>> (j + 12)) & 0x10;
-                dst[base + j] = (((q & 0x0F) | h0) - 16) * d;
-                dst[base + j + 16] = (((q >>> 4) | h1) - 16) * d;
+                dst[base + j] = (low5(q, qh, j) - 16) * d;
+                dst[base + j + 16] = (high5(q, qh, j) - 16) * d;
             }
         }
     }
@@ -61,15 +59,13 @@ public final class Q5_0Quantizer implements Quantizer {
             float id = d != 0 ? 1f / d : 0f;
             long o = offset + (long) b * BYTES;
             Blocks.fp16(dst, o, d);
-            int qh = 0;
+            int[] q0 = new int[16];
+            int[] q1 = new int[16];
             for (int j = 0; j < 16; j++) {
-                int q0 = Math.min(31, (byte) (int) (src[base + j] * id + 16.5f)) & 0xFF;
-                int q1 = Math.min(31, (byte) (int) (src[base + j + 16] * id + 16.5f)) & 0xFF;
-                dst.set(Blocks.I8, o + 6 + j, (byte) ((q0 & 0x0F) | ((q1 & 0x0F) << 4)));
-                qh |= ((q0 & 0x10) >>> 4) << j;
-                qh |= ((q1 & 0x10) >>> 4) << (j + 16);
+                q0[j] = Math.min(31, (byte) (int) (src[base + j] * id + 16.5f)) & 0xFF;
+                q1[j] = Math.min(31, (byte) (int) (src[base + j + 16] * id + 16.5f)) & 0xFF;
             }
-            dst.set(Blocks.I32, o + 2, qh);
+            pack5(q0, q1, dst, o + 6, o + 2);
         }
     }
 
@@ -84,12 +80,31 @@ public final class Q5_0Quantizer implements Quantizer {
             float s = 0;
             for (int j = 0; j < 16; j++) {
                 int q = Blocks.u8(src, o + 6 + j);
-                int h0 = ((qh >>> j) << 4) & 0x10;
-                int h1 = (qh >>> (j + 12)) & 0x10;
-                s += (((q & 0x0F) | h0) - 16) * x[base + j] + (((q >>> 4) | h1) - 16) * x[base + j + 16];
+                s += (low5(q, qh, j) - 16) * x[base + j] + (high5(q, qh, j) - 16) * x[base + j + 16];
             }
             sum += s * Blocks.fp16(src, o);
         }
         return sum;
+    }
+
+    /** The 5-bit level of element {@code j} (low nibble of {@code q}, fifth bit {@code j} of {@code qh}). */
+    static int low5(int q, int qh, int j) {
+        return (q & 0x0F) | (((qh >>> j) << 4) & 0x10);
+    }
+
+    /** The 5-bit level of element {@code j + 16} (high nibble, fifth bit {@code j + 16}). */
+    static int high5(int q, int qh, int j) {
+        return (q >>> 4) | ((qh >>> (j + 12)) & 0x10);
+    }
+
+    /** Packs 5-bit levels of elements {@code j} and {@code j+16}: nibbles at {@code qsAt}, fifth bits as u32 at {@code qhAt}. */
+    static void pack5(int[] q0, int[] q1, MemorySegment dst, long qsAt, long qhAt) {
+        int qh = 0;
+        for (int j = 0; j < 16; j++) {
+            dst.set(Blocks.I8, qsAt + j, (byte) ((q0[j] & 0x0F) | ((q1[j] & 0x0F) << 4)));
+            qh |= ((q0[j] & 0x10) >>> 4) << j;
+            qh |= ((q1[j] & 0x10) >>> 4) << (j + 16);
+        }
+        dst.set(Blocks.I32, qhAt, qh);
     }
 }

@@ -39,6 +39,13 @@ class Q4_0FormatsTest {
         assertEquals(List.of("cpu"), backends);
     }
 
+    /** Q5_1: half a level of 31 levels over [min, max] (up to 2 max|x|): 1/31 of max|x|, plus fp16 rounding. */
+    @Test
+    void q5_1PassesTheKit() {
+        List<String> backends = QuantizerTestKit.verify(new Q5_1Quantizer(), new QuantizerTestKit.Tolerance(1.02 / 31, 1e-5));
+        assertEquals(List.of("cpu"), backends);
+    }
+
     @Test
     void q5_0PassesTheKit() {
         List<String> backends = QuantizerTestKit.verify(new Q5_0Quantizer(), new QuantizerTestKit.Tolerance(1.01 / 32, 1e-5));

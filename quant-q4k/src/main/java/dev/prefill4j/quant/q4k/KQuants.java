@@ -1,6 +1,7 @@
 package dev.prefill4j.quant.q4k;
 
 import dev.prefill4j.api.spi.Blocks;
+import java.lang.foreign.MemorySegment;
 
 /**
  * The scale searches of ggml's K-quant reference quantizers (ggml-quants.c {@code make_qkx2_quants},
@@ -9,6 +10,90 @@ import dev.prefill4j.api.spi.Blocks;
  */
 final class KQuants {
     private KQuants() {
+    }
+
+    /** Sub-block {@code j}'s 6-bit scale from the 12 packed bytes at {@code o + 4} (Q4_K and Q5_K layout). */
+    static int scale(MemorySegment s, long o, int j) {
+        return j < 4 ? Blocks.u8(s, o + 4 + j) & 63
+                : (Blocks.u8(s, o + 4 + j + 4) & 0x0F) | ((Blocks.u8(s, o + 4 + j - 4) >>> 6) << 4);
+    }
+
+    /** Sub-block {@code j}'s 6-bit min, likewise. */
+    static int min(MemorySegment s, long o, int j) {
+        return j < 4 ? Blocks.u8(s, o + 4 + j + 4) & 63
+                : (Blocks.u8(s, o + 4 + j + 4) >>> 4) | ((Blocks.u8(s, o + 4 + j) >>> 6) << 4);
+    }
+
+    /**
+     * The shared part of ggml's {@code quantize_row_q4_K_ref} and {@code quantize_row_q5_K_ref} for one 256-element
+     * block: per sub-block of 32 an affine search ({@link #makeQkx2} with weights {@code sqrt(mean x^2) + |x|}),
+     * 6-bit scales and mins relative to the block maxima, {@code d}/{@code dmin} as fp16 at {@code o}/{@code o + 2},
+     * the packed scales at {@code o + 4}, and finally the levels re-quantized against the stored values.
+     *
+     * @param levels receives 256 levels in {@code 0..nmax}
+     */
+    static void encodeAffineBlock(float[] src, int base, MemorySegment dst, long o, int nmax, float rmin, int nstep,
+                                  int[] levels) {
+        int[] aux = new int[32];
+        float[] weights = new float[32];
+        float[] sub = new float[32];
+        float[] mins = new float[8];
+        float[] scales = new float[8];
+        float[] theMin = new float[1];
+        float maxScale = 0;
+        float maxMin = 0;
+        for (int j = 0; j < 8; j++) {
+            float sumX2 = 0;
+            for (int l = 0; l < 32; l++) {
+                float v = src[base + 32 * j + l];
+                sub[l] = v;
+                sumX2 += v * v;
+            }
+            float avX = (float) Math.sqrt(sumX2 / 32f);
+            for (int l = 0; l < 32; l++) {
+                weights[l] = avX + Math.abs(sub[l]);
+            }
+            scales[j] = makeQkx2(32, nmax, sub, weights, levels, 32 * j, theMin, aux, rmin, 0.1f, nstep);
+            mins[j] = theMin[0];
+            if (scales[j] > maxScale) {
+                maxScale = scales[j];
+            }
+            if (mins[j] > maxMin) {
+                maxMin = mins[j];
+            }
+        }
+        float invScale = maxScale > 0 ? 63f / maxScale : 0f;
+        float invMin = maxMin > 0 ? 63f / maxMin : 0f;
+        byte[] packed = new byte[12];
+        for (int j = 0; j < 8; j++) {
+            // uint8_t ls = nearest_int(...): the int is narrowed to a byte before MIN(63, ls).
+            int ls = Math.min(63, Blocks.nearestInt(invScale * scales[j]) & 0xFF);
+            int lm = Math.min(63, Blocks.nearestInt(invMin * mins[j]) & 0xFF);
+            if (j < 4) {
+                packed[j] = (byte) ls;
+                packed[j + 4] = (byte) lm;
+            } else {
+                packed[j + 4] = (byte) ((ls & 0x0F) | ((lm & 0x0F) << 4));
+                packed[j - 4] |= (byte) ((ls >>> 4) << 6);
+                packed[j] |= (byte) ((lm >>> 4) << 6);
+            }
+        }
+        Blocks.fp16(dst, o, maxScale / 63f);
+        Blocks.fp16(dst, o + 2, maxMin / 63f);
+        MemorySegment.copy(MemorySegment.ofArray(packed), 0, dst, o + 4, 12);
+        float d = Blocks.fp16(dst, o);
+        float dmin = Blocks.fp16(dst, o + 2);
+        for (int j = 0; j < 8; j++) {
+            float dj = d * scale(dst, o, j);
+            if (dj == 0) {
+                continue;
+            }
+            float dm = dmin * min(dst, o, j);
+            for (int l = 0; l < 32; l++) {
+                int q = Blocks.nearestInt((src[base + 32 * j + l] + dm) / dj);
+                levels[32 * j + l] = Math.max(0, Math.min(nmax, q));
+            }
+        }
     }
 
     /**

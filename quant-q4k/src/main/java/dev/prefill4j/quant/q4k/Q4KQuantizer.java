@@ -27,17 +27,6 @@ public final class Q4KQuantizer implements Quantizer {
     @Override public OptionalInt ggufType() { return OptionalInt.of(12); }
     @Override public String activationFormat() { return "q8_k"; }
 
-    /** Sub-block {@code j}'s 6-bit scale (index 0) and min (index 1) from the 12 packed bytes at {@code o + 4}. */
-    static int scale(MemorySegment s, long o, int j) {
-        return j < 4 ? Blocks.u8(s, o + 4 + j) & 63
-                : (Blocks.u8(s, o + 4 + j + 4) & 0x0F) | ((Blocks.u8(s, o + 4 + j - 4) >>> 6) << 4);
-    }
-
-    static int min(MemorySegment s, long o, int j) {
-        return j < 4 ? Blocks.u8(s, o + 4 + j + 4) & 63
-                : (Blocks.u8(s, o + 4 + j + 4) >>> 4) | ((Blocks.u8(s, o + 4 + j) >>> 6) << 4);
-    }
-
     @Override
     public void decode(MemorySegment src, long offset, float[] dst, int dstOffset, int count) {
         Blocks.checkCount(count, QK, id());
@@ -47,10 +36,10 @@ public final class Q4KQuantizer implements Quantizer {
             float dmin = Blocks.fp16(src, o + 2);
             int base = dstOffset + b * QK;
             for (int c = 0; c < 4; c++) {
-                float d1 = d * scale(src, o, 2 * c);
-                float m1 = dmin * min(src, o, 2 * c);
-                float d2 = d * scale(src, o, 2 * c + 1);
-                float m2 = dmin * min(src, o, 2 * c + 1);
+                float d1 = d * KQuants.scale(src, o, 2 * c);
+                float m1 = dmin * KQuants.min(src, o, 2 * c);
+                float d2 = d * KQuants.scale(src, o, 2 * c + 1);
+                float m2 = dmin * KQuants.min(src, o, 2 * c + 1);
                 for (int l = 0; l < 32; l++) {
                     int q = Blocks.u8(src, o + 16 + 32 * c + l);
                     dst[base + 64 * c + l] = d1 * (q & 0x0F) - m1;
@@ -70,10 +59,10 @@ public final class Q4KQuantizer implements Quantizer {
             float dmin = Blocks.fp16(src, o + 2);
             int base = xOffset + b * QK;
             for (int c = 0; c < 4; c++) {
-                float d1 = d * scale(src, o, 2 * c);
-                float m1 = dmin * min(src, o, 2 * c);
-                float d2 = d * scale(src, o, 2 * c + 1);
-                float m2 = dmin * min(src, o, 2 * c + 1);
+                float d1 = d * KQuants.scale(src, o, 2 * c);
+                float m1 = dmin * KQuants.min(src, o, 2 * c);
+                float d2 = d * KQuants.scale(src, o, 2 * c + 1);
+                float m2 = dmin * KQuants.min(src, o, 2 * c + 1);
                 float s = 0;
                 for (int l = 0; l < 32; l++) {
                     int q = Blocks.u8(src, o + 16 + 32 * c + l);
@@ -89,69 +78,9 @@ public final class Q4KQuantizer implements Quantizer {
     public void encode(float[] src, int srcOffset, int count, MemorySegment dst, long offset) {
         Blocks.checkCount(count, QK, id());
         int[] levels = new int[QK];
-        int[] aux = new int[32];
-        float[] weights = new float[32];
-        float[] mins = new float[8];
-        float[] scales = new float[8];
-        float[] sub = new float[32];
         for (int b = 0; b < count / QK; b++) {
-            int base = srcOffset + b * QK;
             long o = offset + (long) b * BYTES;
-            float maxScale = 0;
-            float maxMin = 0;
-            for (int j = 0; j < 8; j++) {
-                float sumX2 = 0;
-                for (int l = 0; l < 32; l++) {
-                    float v = src[base + 32 * j + l];
-                    sub[l] = v;
-                    sumX2 += v * v;
-                }
-                float avX = (float) Math.sqrt(sumX2 / 32f);
-                for (int l = 0; l < 32; l++) {
-                    weights[l] = avX + Math.abs(sub[l]);
-                }
-                float[] theMin = new float[1];
-                scales[j] = KQuants.makeQkx2(32, 15, sub, weights, levels, 32 * j, theMin, aux, -1f, 0.1f, 20);
-                mins[j] = theMin[0];
-                if (scales[j] > maxScale) {
-                    maxScale = scales[j];
-                }
-                if (mins[j] > maxMin) {
-                    maxMin = mins[j];
-                }
-            }
-            float invScale = maxScale > 0 ? 63f / maxScale : 0f;
-            float invMin = maxMin > 0 ? 63f / maxMin : 0f;
-            byte[] packed = new byte[12];
-            for (int j = 0; j < 8; j++) {
-                // uint8_t ls = nearest_int(...): the int is narrowed to a byte before MIN(63, ls).
-                int ls = Math.min(63, Blocks.nearestInt(invScale * scales[j]) & 0xFF);
-                int lm = Math.min(63, Blocks.nearestInt(invMin * mins[j]) & 0xFF);
-                if (j < 4) {
-                    packed[j] = (byte) ls;
-                    packed[j + 4] = (byte) lm;
-                } else {
-                    packed[j + 4] = (byte) ((ls & 0x0F) | ((lm & 0x0F) << 4));
-                    packed[j - 4] |= (byte) ((ls >>> 4) << 6);
-                    packed[j] |= (byte) ((lm >>> 4) << 6);
-                }
-            }
-            Blocks.fp16(dst, o, maxScale / 63f);
-            Blocks.fp16(dst, o + 2, maxMin / 63f);
-            MemorySegment.copy(MemorySegment.ofArray(packed), 0, dst, o + 4, 12);
-            float d = Blocks.fp16(dst, o);
-            float dmin = Blocks.fp16(dst, o + 2);
-            for (int j = 0; j < 8; j++) {
-                float dj = d * scale(dst, o, j);
-                if (dj == 0) {
-                    continue;
-                }
-                float dm = dmin * min(dst, o, j);
-                for (int l = 0; l < 32; l++) {
-                    int q = Blocks.nearestInt((src[base + 32 * j + l] + dm) / dj);
-                    levels[32 * j + l] = Math.max(0, Math.min(15, q));
-                }
-            }
+            KQuants.encodeAffineBlock(src, srcOffset + b * QK, dst, o, 15, -1f, 20, levels);
             for (int c = 0; c < 4; c++) {
                 for (int l = 0; l < 32; l++) {
                     dst.set(Blocks.I8, o + 16 + 32 * c + l,

@@ -24,8 +24,8 @@ class KQuantFormatsTest {
         b.set(Blocks.I8, 16 + 32, (byte) 0x3F);
         int[][] expect = {{1, 5}, {2, 6}, {3, 7}, {4, 8}, {42, 9}, {11, 0}, {12, 0}, {61, 16}};
         for (int j = 0; j < 8; j++) {
-            assertEquals(expect[j][0], Q4KQuantizer.scale(b, 0, j), "scale " + j);
-            assertEquals(expect[j][1], Q4KQuantizer.min(b, 0, j), "min " + j);
+            assertEquals(expect[j][0], KQuants.scale(b, 0, j), "scale " + j);
+            assertEquals(expect[j][1], KQuants.min(b, 0, j), "min " + j);
         }
         float[] y = new float[256];
         new Q4KQuantizer().decode(b, 0, y, 0, 256);
@@ -56,12 +56,13 @@ class KQuantFormatsTest {
 
     /**
      * Kit tolerances: Q4_K's levels are 0..15 over [min, max] with 6-bit scales, so about one level of 15 over the
-     * block range (up to 2 max|x|), 0.14 max|x|; Q6_K half a level of 32 plus 8-bit scale rounding, 0.03; Q8_K half a
+     * block range (up to 2 max|x|), 0.14 max|x|; Q5_K the same with 31 levels, 0.07; Q6_K half a level of 32 plus 8-bit scale rounding, 0.03; Q8_K half a
      * level of 127, 0.004.
      */
     @Test
     void kQuantsPassTheKit() {
         assertEquals(List.of("cpu"), QuantizerTestKit.verify(new Q4KQuantizer(), new QuantizerTestKit.Tolerance(0.14, 1e-5)));
+        assertEquals(List.of("cpu"), QuantizerTestKit.verify(new Q5KQuantizer(), new QuantizerTestKit.Tolerance(0.07, 1e-5)));
         assertEquals(List.of("cpu"), QuantizerTestKit.verify(new Q6KQuantizer(), new QuantizerTestKit.Tolerance(0.03, 1e-5)));
         assertEquals(List.of("cpu"), QuantizerTestKit.verify(new Q8KQuantizer(), new QuantizerTestKit.Tolerance(0.004, 1e-5)));
     }
