@@ -38,6 +38,7 @@ public final class CpuAttention implements Attention {
         float[] acc = new float[0];
         float[] max = new float[0];
         float[] sum = new float[0];
+        final float[] lanes = new float[VectorOps.FLOATS.length()];
     }
 
     private static void attend(ComputeDevice device, ThreadLocal<Scratch> scratch, AttentionRequest r) {
@@ -76,7 +77,7 @@ public final class CpuAttention implements Attention {
                     int qo = (t * heads + h) * hd;
                     int qi = t - t0;
                     for (int j = 0; j < limit; j++) {
-                        float score = VectorOps.dot(r.q(), qo, s.k, j * hd, hd) * r.scale();
+                        float score = VectorOps.dot(r.q(), qo, s.k, j * hd, hd, s.lanes) * r.scale();
                         float m = s.max[qi];
                         if (score > m) {
                             float correction = m == Float.NEGATIVE_INFINITY ? 0f : (float) StrictMath.exp(m - score);

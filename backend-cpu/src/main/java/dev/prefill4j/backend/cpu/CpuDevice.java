@@ -66,18 +66,31 @@ final class CpuDevice implements ComputeDevice {
             int o0 = ti * tileRows;
             int o1 = Math.min(n, o0 + tileRows);
             float[] buf = buffer(tileRows * k);
+            float[] lanes = new float[VectorOps.FLOATS.length()];
             for (int o = o0; o < o1; o++) {
                 w.format().decode(w.data(), rowBytes * o, buf, (o - o0) * k, k);
             }
-            for (int r = 0; r < rows; r++) {
+            int r = 0;
+            for (; r + 4 <= rows; r += 4) {
+                int o = o0;
+                for (; o + 4 <= o1; o += 4) {
+                    VectorOps.dot4x4(buf, (o - o0) * k, k, x, r * k, out, r * n + o, n, lanes);
+                }
+                for (; o < o1; o++) {
+                    for (int j = r; j < r + 4; j++) {
+                        out[j * n + o] = VectorOps.dot(buf, (o - o0) * k, x, j * k, k, lanes);
+                    }
+                }
+            }
+            for (; r < rows; r++) {
                 int xo = r * k;
                 int oo = r * n;
                 int o = o0;
                 for (; o + 4 <= o1; o += 4) {
-                    VectorOps.dot4(buf, (o - o0) * k, k, x, xo, out, oo + o);
+                    VectorOps.dot4(buf, (o - o0) * k, k, x, xo, out, oo + o, lanes);
                 }
                 for (; o < o1; o++) {
-                    out[oo + o] = VectorOps.dot(buf, (o - o0) * k, x, xo, k);
+                    out[oo + o] = VectorOps.dot(buf, (o - o0) * k, x, xo, k, lanes);
                 }
             }
         });

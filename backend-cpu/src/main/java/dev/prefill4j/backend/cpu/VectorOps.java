@@ -27,20 +27,90 @@ final class VectorOps {
     }
 
     /**
-     * Sum of the lanes in a fixed order (lane 0 first). {@code reduceLanes(ADD)} leaves the order unspecified and
+     * Sum of the lanes in a fixed order (lane 0 first), through {@code lanes} (scratch of the species' length). {@code reduceLanes(ADD)} leaves the order unspecified and
      * the JIT's intrinsic and the interpreter differ, so results would depend on warm-up; with quantized
      * activations a last-bit difference can flip an int8 rounding downstream.
      */
-    static float sum(FloatVector v) {
+    static float sum(FloatVector v, float[] lanes) {
+        v.intoArray(lanes, 0);
         float s = 0;
-        for (int i = 0; i < v.length(); i++) {
-            s += v.lane(i);
+        for (int i = 0; i < lanes.length; i++) {
+            s += lanes[i];
+        }
+        return s;
+    }
+
+    /**
+     * The GEMM micro-kernel: a 4 x 4 block of dot products, weight rows {@code w[wo + i*n ..]} (i &lt; 4) against
+     * activation rows {@code x[xo + j*n ..]} (j &lt; 4), into {@code out[oo + j*outStride + i]}. Sixteen accumulators
+     * stay in registers; each step loads 4 weight and 4 activation vectors for 16 FMAs.
+     */
+    static void dot4x4(float[] w, int wo, int n, float[] x, int xo, float[] out, int oo, int outStride, float[] lanes) {
+        int bound = FLOATS.loopBound(n);
+        FloatVector a00 = FloatVector.zero(FLOATS), a01 = a00, a02 = a00, a03 = a00;
+        FloatVector a10 = a00, a11 = a00, a12 = a00, a13 = a00;
+        FloatVector a20 = a00, a21 = a00, a22 = a00, a23 = a00;
+        FloatVector a30 = a00, a31 = a00, a32 = a00, a33 = a00;
+        int i = 0;
+        for (; i < bound; i += FLOATS.length()) {
+            FloatVector w0 = FloatVector.fromArray(FLOATS, w, wo + i);
+            FloatVector w1 = FloatVector.fromArray(FLOATS, w, wo + n + i);
+            FloatVector w2 = FloatVector.fromArray(FLOATS, w, wo + 2 * n + i);
+            FloatVector w3 = FloatVector.fromArray(FLOATS, w, wo + 3 * n + i);
+            FloatVector x0 = FloatVector.fromArray(FLOATS, x, xo + i);
+            FloatVector x1 = FloatVector.fromArray(FLOATS, x, xo + n + i);
+            FloatVector x2 = FloatVector.fromArray(FLOATS, x, xo + 2 * n + i);
+            FloatVector x3 = FloatVector.fromArray(FLOATS, x, xo + 3 * n + i);
+            a00 = w0.fma(x0, a00);
+            a01 = w1.fma(x0, a01);
+            a02 = w2.fma(x0, a02);
+            a03 = w3.fma(x0, a03);
+            a10 = w0.fma(x1, a10);
+            a11 = w1.fma(x1, a11);
+            a12 = w2.fma(x1, a12);
+            a13 = w3.fma(x1, a13);
+            a20 = w0.fma(x2, a20);
+            a21 = w1.fma(x2, a21);
+            a22 = w2.fma(x2, a22);
+            a23 = w3.fma(x2, a23);
+            a30 = w0.fma(x3, a30);
+            a31 = w1.fma(x3, a31);
+            a32 = w2.fma(x3, a32);
+            a33 = w3.fma(x3, a33);
+        }
+        // Explicit calls, no array: an array of vectors would force them onto the heap.
+        int o1 = oo + outStride;
+        int o2 = oo + 2 * outStride;
+        int o3 = oo + 3 * outStride;
+        out[oo] = finish(a00, w, wo, x, xo, i, n, lanes);
+        out[oo + 1] = finish(a01, w, wo + n, x, xo, i, n, lanes);
+        out[oo + 2] = finish(a02, w, wo + 2 * n, x, xo, i, n, lanes);
+        out[oo + 3] = finish(a03, w, wo + 3 * n, x, xo, i, n, lanes);
+        out[o1] = finish(a10, w, wo, x, xo + n, i, n, lanes);
+        out[o1 + 1] = finish(a11, w, wo + n, x, xo + n, i, n, lanes);
+        out[o1 + 2] = finish(a12, w, wo + 2 * n, x, xo + n, i, n, lanes);
+        out[o1 + 3] = finish(a13, w, wo + 3 * n, x, xo + n, i, n, lanes);
+        out[o2] = finish(a20, w, wo, x, xo + 2 * n, i, n, lanes);
+        out[o2 + 1] = finish(a21, w, wo + n, x, xo + 2 * n, i, n, lanes);
+        out[o2 + 2] = finish(a22, w, wo + 2 * n, x, xo + 2 * n, i, n, lanes);
+        out[o2 + 3] = finish(a23, w, wo + 3 * n, x, xo + 2 * n, i, n, lanes);
+        out[o3] = finish(a30, w, wo, x, xo + 3 * n, i, n, lanes);
+        out[o3 + 1] = finish(a31, w, wo + n, x, xo + 3 * n, i, n, lanes);
+        out[o3 + 2] = finish(a32, w, wo + 2 * n, x, xo + 3 * n, i, n, lanes);
+        out[o3 + 3] = finish(a33, w, wo + 3 * n, x, xo + 3 * n, i, n, lanes);
+    }
+
+    /** Lane sum of {@code acc} plus the scalar tail {@code [from, n)} of one dot product. */
+    private static float finish(FloatVector acc, float[] w, int wo, float[] x, int xo, int from, int n, float[] lanes) {
+        float s = sum(acc, lanes);
+        for (int t = from; t < n; t++) {
+            s += w[wo + t] * x[xo + t];
         }
         return s;
     }
 
     /** {@code sum a[ao+i] * b[bo+i]} for {@code i < n}. */
-    static float dot(float[] a, int ao, float[] b, int bo, int n) {
+    static float dot(float[] a, int ao, float[] b, int bo, int n, float[] lanes) {
         int i = 0;
         float sum = 0;
         int bound = FLOATS.loopBound(n);
@@ -49,7 +119,7 @@ final class VectorOps {
             for (; i < bound; i += FLOATS.length()) {
                 acc = FloatVector.fromArray(FLOATS, a, ao + i).fma(FloatVector.fromArray(FLOATS, b, bo + i), acc);
             }
-            sum = sum(acc);
+            sum = sum(acc, lanes);
         }
         for (; i < n; i++) {
             sum += a[ao + i] * b[bo + i];
@@ -61,7 +131,7 @@ final class VectorOps {
      * Four dot products of consecutive weight rows {@code w[wo + r*n ..]} (r = 0..3) with one activation row,
      * sharing each activation load: {@code out[oo + r]}.
      */
-    static void dot4(float[] w, int wo, int n, float[] x, int xo, float[] out, int oo) {
+    static void dot4(float[] w, int wo, int n, float[] x, int xo, float[] out, int oo, float[] lanes) {
         int i = 0;
         int bound = FLOATS.loopBound(n);
         FloatVector a0 = FloatVector.zero(FLOATS);
@@ -75,10 +145,10 @@ final class VectorOps {
             a2 = FloatVector.fromArray(FLOATS, w, wo + 2 * n + i).fma(xv, a2);
             a3 = FloatVector.fromArray(FLOATS, w, wo + 3 * n + i).fma(xv, a3);
         }
-        float s0 = sum(a0);
-        float s1 = sum(a1);
-        float s2 = sum(a2);
-        float s3 = sum(a3);
+        float s0 = sum(a0, lanes);
+        float s1 = sum(a1, lanes);
+        float s2 = sum(a2, lanes);
+        float s3 = sum(a3, lanes);
         for (; i < n; i++) {
             float xi = x[xo + i];
             s0 += w[wo + i] * xi;
