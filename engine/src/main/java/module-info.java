@@ -20,6 +20,7 @@ module dev.prefill4j.engine {
     exports dev.prefill4j.engine.quantize;
     exports dev.prefill4j.engine.registry;
     exports dev.prefill4j.engine.tokenizer;
+    exports dev.prefill4j.engine.verify;
 
     uses dev.prefill4j.api.spi.Quantizer;
     uses dev.prefill4j.api.spi.Backend;

@@ -1,10 +1,15 @@
 package dev.prefill4j.cli;
 
-import dev.prefill4j.engine.Engine;
 import dev.prefill4j.api.PrefillException;
+import dev.prefill4j.engine.Engine;
 import dev.prefill4j.engine.Session;
 import dev.prefill4j.engine.SessionOptions;
+import dev.prefill4j.engine.model.LlamaConfig;
 import dev.prefill4j.engine.model.LlamaModel;
+import dev.prefill4j.engine.verify.Verification;
+import java.io.IOException;
+import java.nio.file.Files;
+import java.nio.file.Path;
 import java.util.ArrayList;
 import java.util.Arrays;
 import java.util.LinkedHashMap;
@@ -18,13 +23,17 @@ import picocli.CommandLine.Mixin;
 import picocli.CommandLine.Option;
 
 /**
- * {@code prefill4j bench}: prompt processing (ppN) and generation (tgN) speed in the manner of llama-bench:
- * a warm-up, then {@code -r} timed repetitions, each in a fresh session over deterministic random token ids.
+ * {@code prefill4j bench}: prompt processing (ppN) and generation (tgN) speed in the manner of llama-bench: a
+ * warm-up, then {@code -r} timed repetitions, each in a fresh session over deterministic random token ids; with the
+ * machine's measured FMA peak and read bandwidth, achieved GFLOP/s, bytes per decoded token, peak resident memory,
+ * and a verification label from an FP64 reference run of the same configuration.
  */
 @Command(name = "bench", mixinStandardHelpOptions = true, sortOptions = false,
         description = {"Measure prompt processing (ppN: prefill N tokens) and text generation (tgN: N decode steps) "
                 + "in tokens per second, llama-bench style: one warm-up, then -r repetitions; prints mean, standard "
-                + "deviation and median.",
+                + "deviation and median, achieved GFLOP/s against this machine's measured FP32 FMA peak, bytes read per "
+                + "decoded token against measured read bandwidth, peak resident memory, and whether the configuration "
+                + "matches the scalar FP64 reference on a short prompt.",
                 "Without -m it benchmarks a synthetic model the engine generates in memory."})
 final class BenchCommand implements Callable<Integer> {
     @Mixin
@@ -42,25 +51,47 @@ final class BenchCommand implements Callable<Integer> {
             description = "Timed repetitions per test, after one warm-up (default: ${DEFAULT-VALUE}).")
     int reps;
 
+    @Option(names = "--verify-tokens", paramLabel = "N", defaultValue = "6",
+            description = "Prompt length of the FP64 reference check; 0 skips it (label NOT VERIFIED) (default: ${DEFAULT-VALUE}).")
+    int verifyTokens;
+
     @Option(names = "--json", description = "Print JSON.")
     boolean json;
 
-    /** Verification of the benchmarked configuration against the scalar reference is not built yet. */
-    static final String VERIFICATION = "NOT VERIFIED — bench does not yet check its configuration against the "
-            + "scalar reference; correctness is covered by the test suite";
-
     @Override
     public Integer call() {
-        if (reps < 1 || gen < 0 || Arrays.stream(prompts).anyMatch(p -> p < 1)) {
-            throw new PrefillException(PrefillException.Code.ARGUMENT, "-r must be >= 1, -n >= 0, every -p >= 1");
+        if (reps < 1 || gen < 0 || verifyTokens < 0 || Arrays.stream(prompts).anyMatch(p -> p < 1)) {
+            throw new PrefillException(PrefillException.Code.ARGUMENT,
+                    "-r must be >= 1, -n >= 0, --verify-tokens >= 0, every -p >= 1");
         }
         List<Map<String, Object>> results = new ArrayList<>();
+        Map<String, Object> machine = new LinkedHashMap<>();
+        String verification;
+        boolean rssReset;
         try (Engine e = engine.openEngine(); LlamaModel model = engine.loadModel(e)) {
-            int vocab = model.config().vocab();
+            LlamaConfig c = model.config();
+            SessionOptions base = engine.sessionOptions(0);
+            System.err.print("measuring FP32 FMA peak and read bandwidth...");
+            double peak = e.device().measurePeakGflops();
+            double bandwidth = e.device().measureReadBandwidth();
+            System.err.print("\r" + " ".repeat(50) + "\r");
+            rssReset = resetPeakResident();
+            machine.put("device", e.device().description());
+            machine.put("fp32_fma_peak_gflops", peak);
+            machine.put("read_bandwidth_gb_s", bandwidth);
+            if (verifyTokens > 0) {
+                System.err.print("verifying against the FP64 reference (" + verifyTokens + " tokens)...");
+                verification = Verification.run(e, model, base, verifyTokens).label();
+                System.err.print("\r" + " ".repeat(60) + "\r");
+            } else {
+                verification = "NOT VERIFIED — skipped with --verify-tokens 0";
+            }
             String name = model.synthetic() ? model.source() + " (synthetic)" : model.source();
             if (!json) {
-                System.out.printf("| %-40s | %-8s | %9s | %8s | %-28s | %8s | %14s | %9s |%n", "model", "format", "size",
-                        "params", "backend", "test", "t/s", "median");
+                System.out.printf(Locale.ROOT, "machine: %s, FP32 FMA peak %.1f GFLOP/s, read bandwidth %.1f GB/s (measured)%n",
+                        e.device().description(), peak, bandwidth);
+                System.out.printf("| %-40s | %-8s | %9s | %8s | %8s | %15s | %9s | %8s | %6s |%n", "model", "format", "size",
+                        "params", "test", "t/s", "median", "GFLOP/s", "% peak");
             }
             List<String> tests = new ArrayList<>();
             for (int p : prompts) {
@@ -75,9 +106,8 @@ final class BenchCommand implements Callable<Integer> {
                 double[] tps = new double[reps];
                 for (int r = -1; r < reps; r++) {
                     System.err.printf("\rbench %s: %s %d/%d ", test, r < 0 ? "warm-up" : "run", Math.max(0, r + 1), reps);
-                    int[] ids = new SplittableRandom(42 + r).ints(n, 3, vocab).toArray();
-                    SessionOptions so = engine.sessionOptions(Math.min(model.config().contextLength(), Math.max(n + 1, 512)));
-                    try (Session s = e.newSession(model, so)) {
+                    int[] ids = new SplittableRandom(42 + r).ints(n, 3, c.vocab()).toArray();
+                    try (Session s = e.newSession(model, base.withContextLength(Math.min(c.contextLength(), Math.max(n + 1, 512))))) {
                         long t0 = System.nanoTime();
                         if (pp) {
                             s.prefill(ids, false);
@@ -98,35 +128,89 @@ final class BenchCommand implements Callable<Integer> {
                 double[] sorted = tps.clone();
                 Arrays.sort(sorted);
                 double median = reps % 2 == 1 ? sorted[reps / 2] : (sorted[reps / 2 - 1] + sorted[reps / 2]) / 2;
+                // FLOPs of the whole test divided by its median time.
+                double flops = pp ? c.flops(0, n, 1) : c.flops(0, n, n);
+                double gflops = flops / (n / median) / 1e9;
                 Map<String, Object> row = new LinkedHashMap<>();
                 row.put("model", name);
                 row.put("synthetic", model.synthetic());
                 row.put("format", model.formatSummary());
                 row.put("size_bytes", model.weightBytes());
-                row.put("params", model.config().parameters());
+                row.put("params", c.parameters());
                 row.put("backend", e.device().description());
+                row.put("kv_type", base.kvType().name().toLowerCase(Locale.ROOT));
+                row.put("activations", base.activations().name().toLowerCase(Locale.ROOT));
                 row.put("test", test);
                 row.put("tokens_per_s_mean", mean);
                 row.put("tokens_per_s_sd", sd);
                 row.put("tokens_per_s_median", median);
                 row.put("samples", tps);
-                row.put("verification", VERIFICATION);
+                row.put("gflops", gflops);
+                row.put("percent_of_fma_peak", 100 * gflops / peak);
+                if (!pp) {
+                    long kvBytes = (long) c.layers() * 2 * n * base.kvType().rowBytes(c.kvDim());
+                    double perToken = model.bytesPerToken() + kvBytes / 2.0;
+                    row.put("bytes_per_token", perToken);
+                    row.put("read_gb_s", perToken * median / 1e9);
+                    row.put("percent_of_read_bandwidth", 100 * perToken * median / 1e9 / bandwidth);
+                }
+                row.put("verification", verification);
                 results.add(row);
                 if (!json) {
-                    System.out.printf(Locale.ROOT, "| %-40s | %-8s | %6.1f MiB | %7.1fM | %-28s | %8s | %7.2f ± %5.2f | %9.2f |%n",
-                            shorten(name, 40), model.formatSummary(), model.weightBytes() / 1048576.0,
-                            model.config().parameters() / 1e6, e.device().description(), test, mean, sd, median);
+                    System.out.printf(Locale.ROOT, "| %-40s | %-8s | %5.0f MiB | %7.1fM | %8s | %7.2f ± %5.2f | %9.2f | %8.1f | %5.1f%% |%n",
+                            shorten(name, 40), model.formatSummary(), model.weightBytes() / 1048576.0, c.parameters() / 1e6,
+                            test, mean, sd, median, gflops, 100 * gflops / peak);
+                    if (!pp) {
+                        System.out.printf(Locale.ROOT, "  %s: %.1f MB read per token (weights + mean KV), %.1f GB/s = %.0f%% of read bandwidth%n",
+                                test, (double) row.get("bytes_per_token") / 1e6, (double) row.get("read_gb_s"),
+                                (double) row.get("percent_of_read_bandwidth"));
+                    }
                 }
             }
         }
+        long peakRss = peakResidentBytes();
+        String rssNote = rssReset ? "after calibration" : "including the 512 MiB bandwidth calibration buffer";
         if (json) {
             Map<String, Object> doc = new LinkedHashMap<>();
+            doc.put("machine", machine);
             doc.put("results", results);
+            doc.put("peak_resident_bytes", peakRss);
+            doc.put("peak_resident_note", rssNote);
+            doc.put("verification", verification);
             System.out.print(Json.write(doc));
         } else {
-            System.out.println("verification: " + VERIFICATION);
+            System.out.println(peakRss < 0 ? "peak resident memory: unknown (no /proc/self/status)"
+                    : String.format(Locale.ROOT, "peak resident memory: %.1f MiB (%s)", peakRss / 1048576.0, rssNote));
+            System.out.println("verification: " + verification);
         }
         return 0;
+    }
+
+    /**
+     * Resets the kernel's peak-RSS counter (Linux: writing 5 to /proc/self/clear_refs) so the calibration buffers do
+     * not count in the reported peak. {@return whether it worked}
+     */
+    static boolean resetPeakResident() {
+        try {
+            Files.writeString(Path.of("/proc/self/clear_refs"), "5");
+            return true;
+        } catch (IOException | RuntimeException e) {
+            return false;
+        }
+    }
+
+    /** {@return the process's peak resident set (VmHWM) in bytes, or -1 where /proc is not available} */
+    static long peakResidentBytes() {
+        try {
+            for (String line : Files.readAllLines(Path.of("/proc/self/status"))) {
+                if (line.startsWith("VmHWM:")) {
+                    return Long.parseLong(line.replaceAll("[^0-9]", "")) * 1024;
+                }
+            }
+        } catch (IOException | NumberFormatException e) {
+            return -1;
+        }
+        return -1;
     }
 
     private static String shorten(String s, int n) {

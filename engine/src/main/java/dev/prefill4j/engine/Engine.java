@@ -192,8 +192,15 @@ public final class Engine implements AutoCloseable {
                 activationFormats(model, options.activations()));
     }
 
-    /** For {@code QUANTIZED}: each weight format of the model mapped to its activation format (f32 left out). */
-    private java.util.Map<Quantizer, Quantizer> activationFormats(LlamaModel model, SessionOptions.Activations mode) {
+    /**
+     * {@return each weight format of {@code model} mapped to the format its inputs are rounded to in {@code mode}}:
+     * empty for {@code F32}; formats whose activation format is {@code f32} are left out.
+     *
+     * @param model the model
+     * @param mode  the activation mode
+     * @throws PrefillException ({@code P4J-MISSING-FORMAT}) if an activation format is not provided by any module
+     */
+    public java.util.Map<Quantizer, Quantizer> activationFormats(LlamaModel model, SessionOptions.Activations mode) {
         java.util.Map<Quantizer, Quantizer> map = new java.util.HashMap<>();
         if (mode == SessionOptions.Activations.F32) {
             return map;

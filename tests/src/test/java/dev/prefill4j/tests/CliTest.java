@@ -177,6 +177,7 @@ class CliTest {
         Cli.Result r = Cli.run("bench", "-p", "16", "-n", "4", "-r", "1", "--json");
         assertEquals(0, r.exit(), r.toString());
         assertTrue(r.out().contains("\"test\": \"pp16\"") && r.out().contains("\"test\": \"tg4\""), r.out());
-        assertTrue(r.out().contains("NOT VERIFIED"), r.out());
+        assertTrue(r.out().contains("\"verification\": \"VERIFIED against the FP64 reference"), r.out());
+        assertTrue(r.out().contains("\"fp32_fma_peak_gflops\"") && r.out().contains("\"percent_of_fma_peak\"") && r.out().contains("\"peak_resident_bytes\""), r.out());
     }
 }

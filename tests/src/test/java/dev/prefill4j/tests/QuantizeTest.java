@@ -15,6 +15,7 @@ import dev.prefill4j.engine.SessionOptions;
 import dev.prefill4j.engine.gguf.GgufFile;
 import dev.prefill4j.engine.gguf.GgufTensor;
 import dev.prefill4j.engine.model.LlamaModel;
+import dev.prefill4j.engine.verify.ReferenceForward;
 import dev.prefill4j.engine.quantize.ModelQuantizer;
 import dev.prefill4j.engine.registry.PluginRegistry;
 import java.nio.file.Path;
@@ -80,7 +81,7 @@ class QuantizeTest {
         try (Engine e = Engine.builder().threads(2).build(); LlamaModel m = e.load(out);
              Session s = e.newSession(m, SessionOptions.defaults().withKvType(KVElementType.F32))) {
             Generation g = s.generate(Models.PROMPT, 1, new Sampler(SamplerConfig.greedy()), true, true, null);
-            double d = Models.maxAbsDiff(ReferenceLlama.logits(m.content(), e.registry(), g.promptIds()), g.promptLogits());
+            double d = Models.maxAbsDiff(new ReferenceForward(m, java.util.Map.of()).logits(g.promptIds()), g.promptLogits());
             assertTrue(d <= 1e-4, "max |logit - FP64 reference| = " + d);
         }
     }
@@ -97,7 +98,7 @@ class QuantizeTest {
             assertEquals("q4_1", m.layer(0).wq().format().id());
             assertTrue(m.layer(0).wq().format().description().contains("example module"));
             Generation g = s.generate(Models.PROMPT, 1, new Sampler(SamplerConfig.greedy()), true, true, null);
-            float[] ref = ReferenceLlama.logits(m.content(), e.registry(), g.promptIds());
+            float[] ref = new ReferenceForward(m, java.util.Map.of()).logits(g.promptIds());
             double d = Models.maxAbsDiff(ref, g.promptLogits());
             assertTrue(d <= 1e-4, "max |logit - FP64 reference| = " + d);
         }

@@ -14,6 +14,7 @@ import dev.prefill4j.engine.SamplerConfig;
 import dev.prefill4j.engine.Session;
 import dev.prefill4j.engine.SessionOptions;
 import dev.prefill4j.engine.model.LlamaModel;
+import dev.prefill4j.engine.verify.ReferenceForward;
 import dev.prefill4j.engine.registry.PluginRegistry;
 import java.nio.file.Path;
 import org.junit.jupiter.api.AfterAll;
@@ -83,7 +84,7 @@ class RealModelTest {
     void theFp64ReferenceAgreesWithLlamaCpp(String name) throws Exception {
         try (LlamaModel m = engine.load(Models.require(name + ".gguf"))) {
             int[] ids = m.tokenizer().encode(Models.PROMPT);
-            float[] ref = ReferenceLlama.logits(m.content(), engine.registry(), ids);
+            float[] ref = new ReferenceForward(m, java.util.Map.of()).logits(ids);
             double d = Models.maxAbsDiff(Models.referenceLogits(name), ref);
             assertTrue(d <= 2e-5, "max |FP64 reference - llama.cpp| = " + d);
         }
@@ -102,7 +103,7 @@ class RealModelTest {
     void quantizedFilesMatchTheFp64ForwardPassOverDequantizedWeights(String name) {
         try (LlamaModel m = engine.load(Models.require(name + ".gguf"))) {
             Generation g = greedy(m, KVElementType.F32, 4);
-            float[] ref = ReferenceLlama.logits(m.content(), engine.registry(), g.promptIds());
+            float[] ref = new ReferenceForward(m, java.util.Map.of()).logits(g.promptIds());
             double d = Models.maxAbsDiff(ref, g.promptLogits());
             assertTrue(d <= 1e-4, "max |logit - FP64 reference| = " + d);
         }

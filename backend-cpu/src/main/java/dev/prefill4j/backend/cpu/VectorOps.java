@@ -174,4 +174,42 @@ final class VectorOps {
             acc[ao + i] = acc[ao + i] * scale + weight * v[vo + i];
         }
     }
+
+    /** Twelve independent FMA chains for {@code iterations} steps: the peak-FLOP/s calibration loop. */
+    static float fmaChains(int iterations) {
+        FloatVector m = FloatVector.broadcast(FLOATS, 0.999999f);
+        FloatVector c = FloatVector.broadcast(FLOATS, 1e-7f);
+        FloatVector a0 = FloatVector.broadcast(FLOATS, 1f), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0;
+        FloatVector a6 = a0, a7 = a0, a8 = a0, a9 = a0, a10 = a0, a11 = a0;
+        for (int i = 0; i < iterations; i++) {
+            a0 = a0.fma(m, c);
+            a1 = a1.fma(m, c);
+            a2 = a2.fma(m, c);
+            a3 = a3.fma(m, c);
+            a4 = a4.fma(m, c);
+            a5 = a5.fma(m, c);
+            a6 = a6.fma(m, c);
+            a7 = a7.fma(m, c);
+            a8 = a8.fma(m, c);
+            a9 = a9.fma(m, c);
+            a10 = a10.fma(m, c);
+            a11 = a11.fma(m, c);
+        }
+        return a0.add(a1).add(a2).add(a3).add(a4).add(a5).add(a6).add(a7).add(a8).add(a9).add(a10).add(a11)
+                .lane(0);
+    }
+
+    /** Streams a segment with vector loads (bandwidth calibration); returns a value that keeps the loads live. */
+    static float sumSegment(java.lang.foreign.MemorySegment seg) {
+        FloatVector acc0 = FloatVector.zero(FLOATS);
+        FloatVector acc1 = acc0;
+        long step = FLOATS.vectorByteSize();
+        long n = seg.byteSize() - seg.byteSize() % (2 * step);
+        java.nio.ByteOrder order = java.nio.ByteOrder.nativeOrder();
+        for (long o = 0; o < n; o += 2 * step) {
+            acc0 = acc0.add(FloatVector.fromMemorySegment(FLOATS, seg, o, order));
+            acc1 = acc1.add(FloatVector.fromMemorySegment(FLOATS, seg, o + step, order));
+        }
+        return acc0.add(acc1).lane(0);
+    }
 }

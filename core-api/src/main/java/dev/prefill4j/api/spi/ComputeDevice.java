@@ -74,6 +74,25 @@ public interface ComputeDevice extends AutoCloseable {
      */
     void parallelFor(int tasks, IntConsumer task);
 
+    /**
+     * Measures this device's peak FP32 fused multiply-add rate with a short calibrated loop on all its threads
+     * (independent accumulator chains, no memory traffic). Benchmarks report achieved FLOP/s against it.
+     *
+     * @return GFLOP/s (one FMA counts as 2 FLOP), or {@code NaN} if the device cannot measure it
+     */
+    default double measurePeakGflops() {
+        return Double.NaN;
+    }
+
+    /**
+     * Measures sustained memory read bandwidth by streaming a buffer much larger than the caches on all threads.
+     *
+     * @return GB/s (10^9 bytes), or {@code NaN} if the device cannot measure it
+     */
+    default double measureReadBandwidth() {
+        return Double.NaN;
+    }
+
     /** Stops the device's threads. Idempotent. */
     @Override
     void close();

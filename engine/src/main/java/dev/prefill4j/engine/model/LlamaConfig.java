@@ -94,6 +94,28 @@ public record LlamaConfig(int dim, int ffnDim, int layers, int heads, int kvHead
         return (int) v;
     }
 
+    /** {@return multiply-accumulates per token in the layers' projections} */
+    public long layerMacsPerToken() {
+        return (long) layers * ((long) dim * qDim() * 2 + 2L * dim * kvDim() + 3L * dim * ffnDim);
+    }
+
+    /**
+     * {@return FLOPs (2 per multiply-add) of processing positions {@code [start, start + n)}}: projections, causal
+     * attention scores and weighted values over every earlier position, and logits for {@code logitRows} rows.
+     * Norms, RoPE and softmax are left out (under 1% at these sizes).
+     *
+     * @param start     position of the first token
+     * @param n         tokens
+     * @param logitRows rows whose logits are computed
+     */
+    public double flops(int start, int n, int logitRows) {
+        double attention = 0;
+        for (int t = start; t < start + n; t++) {
+            attention += 4.0 * qDim() * (t + 1);
+        }
+        return 2.0 * n * layerMacsPerToken() + attention * layers + 2.0 * logitRows * vocab * dim;
+    }
+
     /** {@return approximate parameter count (embeddings counted once)} */
     public long parameters() {
         long perLayer = (long) dim * qDim() * 2 + (long) dim * kvDim() * 2 + 3L * dim * ffnDim + 2L * dim;

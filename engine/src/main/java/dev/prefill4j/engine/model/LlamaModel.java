@@ -169,26 +169,33 @@ public final class LlamaModel implements AutoCloseable {
         return content.tensors().stream().mapToLong(t -> t.data().byteSize()).sum();
     }
 
+    /** {@return every layer's projection matrices, layer by layer} */
+    private java.util.List<WeightMatrix> layerMatrices() {
+        java.util.List<WeightMatrix> all = new java.util.ArrayList<>();
+        for (Layer l : layers) {
+            all.addAll(java.util.List.of(l.wq(), l.wk(), l.wv(), l.wo(), l.gate(), l.up(), l.down()));
+        }
+        return all;
+    }
+
     /** {@return the formats of every matrix the forward pass multiplies by (layers and output)} */
     public java.util.Set<Quantizer> weightFormats() {
         java.util.Set<Quantizer> formats = new java.util.LinkedHashSet<>();
-        for (Layer l : layers) {
-            for (WeightMatrix w : new WeightMatrix[] {l.wq(), l.wk(), l.wv(), l.wo(), l.gate(), l.up(), l.down()}) {
-                formats.add(w.format());
-            }
-        }
+        layerMatrices().forEach(w -> formats.add(w.format()));
         formats.add(output.format());
         return formats;
+    }
+
+    /** {@return bytes one decoded token reads from the weights: every projection, the output matrix, one embedding row} */
+    public long bytesPerToken() {
+        return layerMatrices().stream().mapToLong(w -> w.data().byteSize()).sum() + output.rowBytes() * output.rows()
+                + embedding.rowBytes();
     }
 
     /** {@return e.g. "f32", or "mixed[f16, q8_0]" over the layers' matrices} */
     public String formatSummary() {
         java.util.Set<String> ids = new java.util.TreeSet<>();
-        for (Layer l : layers) {
-            for (WeightMatrix w : new WeightMatrix[] {l.wq(), l.wk(), l.wv(), l.wo(), l.gate(), l.up(), l.down()}) {
-                ids.add(w.format().id());
-            }
-        }
+        layerMatrices().forEach(w -> ids.add(w.format().id()));
         return ids.size() == 1 ? ids.iterator().next() : "mixed" + ids;
     }
 

@@ -1,0 +1,66 @@
+package dev.prefill4j.engine.verify;
+
+import dev.prefill4j.api.Api;
+import dev.prefill4j.api.spi.KVElementType;
+import dev.prefill4j.engine.Engine;
+import dev.prefill4j.engine.Session;
+import dev.prefill4j.engine.SessionOptions;
+import dev.prefill4j.engine.model.LlamaModel;
+import java.util.Locale;
+import java.util.SplittableRandom;
+
+/**
+ * Checks a configuration (engine, model, session options) against the {@link ReferenceForward} on a short prompt
+ * of deterministic random tokens: the label every benchmark prints.
+ *
+ * <p>Tolerance on the largest logit difference, relative to the largest reference logit magnitude {@code M}:
+ * {@code 1e-4 + 1e-4 M} for F32 KV and float32 activations (float32 rounding only); times 20 with an F16 KV cache
+ * (K and V rounded to 11 bits); times 50 with quantized activations, where a last-bit difference upstream may flip an
+ * int8 rounding that the reference makes the other way.
+ *
+ * @param passed    whether the difference is within tolerance
+ * @param maxDiff   largest |logit - reference| over every position
+ * @param tolerance the bound applied
+ * @param tokens    prompt length used
+ * @since 0.1
+ */
+@Api.Stable
+public record Verification(boolean passed, double maxDiff, double tolerance, int tokens) {
+    /**
+     * Runs the check.
+     *
+     * @param engine  the engine (its backend and kernels are what is checked)
+     * @param model   the model
+     * @param options the session options to check
+     * @param tokens  prompt length (small: the reference is scalar FP64)
+     * @return the result
+     */
+    public static Verification run(Engine engine, LlamaModel model, SessionOptions options, int tokens) {
+        int[] ids = new SplittableRandom(7).ints(tokens, 3, model.config().vocab()).toArray();
+        float[] got;
+        try (Session s = engine.newSession(model, options.withContextLength(Math.max(tokens, 16)))) {
+            got = s.prefill(ids, true);
+        }
+        float[] ref = new ReferenceForward(model, engine.activationFormats(model, options.activations())).logits(ids);
+        double max = 0;
+        double mag = 0;
+        for (int i = 0; i < ref.length; i++) {
+            max = Math.max(max, Math.abs((double) got[i] - ref[i]));
+            mag = Math.max(mag, Math.abs(ref[i]));
+        }
+        double tol = 1e-4 + 1e-4 * mag;
+        if (options.kvType() != KVElementType.F32) {
+            tol *= 20;
+        }
+        if (options.activations() == SessionOptions.Activations.QUANTIZED) {
+            tol *= 50;
+        }
+        return new Verification(max <= tol, max, tol, tokens);
+    }
+
+    /** {@return e.g. "VERIFIED against the FP64 reference: max |Δlogit| 2.1e-06 <= 1.2e-03 (6 tokens)"} */
+    public String label() {
+        return String.format(Locale.ROOT, "%s against the FP64 reference: max |Δlogit| %.2e %s %.2e (%d tokens)",
+                passed ? "VERIFIED" : "FAILED", maxDiff, passed ? "<=" : ">", tolerance, tokens);
+    }
+}
