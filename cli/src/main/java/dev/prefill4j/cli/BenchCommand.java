@@ -67,18 +67,10 @@ final class BenchCommand implements Callable<Integer> {
         List<Map<String, Object>> results = new ArrayList<>();
         Map<String, Object> machine = new LinkedHashMap<>();
         String verification;
-        boolean rssReset;
+        long peakRssBeforeCalibration;
         try (Engine e = engine.openEngine(); LlamaModel model = engine.loadModel(e)) {
             LlamaConfig c = model.config();
             SessionOptions base = engine.sessionOptions(0);
-            System.err.print("measuring FP32 FMA peak and read bandwidth...");
-            double peak = e.device().measurePeakGflops();
-            double bandwidth = e.device().measureReadBandwidth();
-            System.err.print("\r" + " ".repeat(50) + "\r");
-            rssReset = resetPeakResident();
-            machine.put("device", e.device().description());
-            machine.put("fp32_fma_peak_gflops", peak);
-            machine.put("read_bandwidth_gb_s", bandwidth);
             if (verifyTokens > 0) {
                 System.err.print("verifying against the FP64 reference (" + verifyTokens + " tokens)...");
                 verification = Verification.run(e, model, base, verifyTokens).label();
@@ -87,12 +79,6 @@ final class BenchCommand implements Callable<Integer> {
                 verification = "NOT VERIFIED — skipped with --verify-tokens 0";
             }
             String name = model.synthetic() ? model.source() + " (synthetic)" : model.source();
-            if (!json) {
-                System.out.printf(Locale.ROOT, "machine: %s, FP32 FMA peak %.1f GFLOP/s, read bandwidth %.1f GB/s (measured)%n",
-                        e.device().description(), peak, bandwidth);
-                System.out.printf("| %-40s | %-8s | %9s | %8s | %8s | %15s | %9s | %8s | %6s |%n", "model", "format", "size",
-                        "params", "test", "t/s", "median", "GFLOP/s", "% peak");
-            }
             List<String> tests = new ArrayList<>();
             for (int p : prompts) {
                 tests.add("pp" + p);
@@ -146,30 +132,52 @@ final class BenchCommand implements Callable<Integer> {
                 row.put("tokens_per_s_median", median);
                 row.put("samples", tps);
                 row.put("gflops", gflops);
-                row.put("percent_of_fma_peak", 100 * gflops / peak);
                 if (!pp) {
                     long kvBytes = (long) c.layers() * 2 * n * base.kvType().rowBytes(c.kvDim());
                     double perToken = model.bytesPerToken() + kvBytes / 2.0;
                     row.put("bytes_per_token", perToken);
                     row.put("read_gb_s", perToken * median / 1e9);
-                    row.put("percent_of_read_bandwidth", 100 * perToken * median / 1e9 / bandwidth);
                 }
                 row.put("verification", verification);
                 results.add(row);
-                if (!json) {
+            }
+            // Calibrated after the timed runs, when the JIT's compiler threads no longer compete for the cores.
+            System.err.print("measuring FP32 FMA peak and read bandwidth...");
+            peakRssBeforeCalibration = peakResidentBytes();
+            double peak = e.device().measurePeakGflops();
+            double bandwidth = e.device().measureReadBandwidth();
+            System.err.print("\r" + " ".repeat(50) + "\r");
+            machine.put("device", e.device().description());
+            machine.put("fp32_fma_peak_gflops", peak);
+            machine.put("read_bandwidth_gb_s", bandwidth);
+            for (Map<String, Object> row : results) {
+                row.put("percent_of_fma_peak", 100 * (double) row.get("gflops") / peak);
+                if (row.containsKey("read_gb_s")) {
+                    row.put("percent_of_read_bandwidth", 100 * (double) row.get("read_gb_s") / bandwidth);
+                }
+            }
+            if (!json) {
+                System.out.printf(Locale.ROOT, "machine: %s, FP32 FMA peak %.1f GFLOP/s, read bandwidth %.1f GB/s (measured)%n",
+                        e.device().description(), peak, bandwidth);
+                System.out.printf("| %-40s | %-8s | %9s | %8s | %8s | %15s | %9s | %8s | %6s |%n", "model", "format", "size",
+                        "params", "test", "t/s", "median", "GFLOP/s", "% peak");
+                for (Map<String, Object> row : results) {
                     System.out.printf(Locale.ROOT, "| %-40s | %-8s | %5.0f MiB | %7.1fM | %8s | %7.2f ± %5.2f | %9.2f | %8.1f | %5.1f%% |%n",
                             shorten(name, 40), model.formatSummary(), model.weightBytes() / 1048576.0, c.parameters() / 1e6,
-                            test, mean, sd, median, gflops, 100 * gflops / peak);
-                    if (!pp) {
+                            row.get("test"), (double) row.get("tokens_per_s_mean"), (double) row.get("tokens_per_s_sd"),
+                            (double) row.get("tokens_per_s_median"), (double) row.get("gflops"),
+                            (double) row.get("percent_of_fma_peak"));
+                    if (row.containsKey("read_gb_s")) {
                         System.out.printf(Locale.ROOT, "  %s: %.1f MB read per token (weights + mean KV), %.1f GB/s = %.0f%% of read bandwidth%n",
-                                test, (double) row.get("bytes_per_token") / 1e6, (double) row.get("read_gb_s"),
+                                row.get("test"), (double) row.get("bytes_per_token") / 1e6, (double) row.get("read_gb_s"),
                                 (double) row.get("percent_of_read_bandwidth"));
                     }
                 }
             }
         }
-        long peakRss = peakResidentBytes();
-        String rssNote = rssReset ? "after calibration" : "including the 512 MiB bandwidth calibration buffer";
+        // Read before the calibration buffers were allocated: the peak of loading and running the model.
+        long peakRss = peakRssBeforeCalibration;
+        String rssNote = "model load and runs, before calibration";
         if (json) {
             Map<String, Object> doc = new LinkedHashMap<>();
             doc.put("machine", machine);
@@ -184,19 +192,6 @@ final class BenchCommand implements Callable<Integer> {
             System.out.println("verification: " + verification);
         }
         return 0;
-    }
-
-    /**
-     * Resets the kernel's peak-RSS counter (Linux: writing 5 to /proc/self/clear_refs) so the calibration buffers do
-     * not count in the reported peak. {@return whether it worked}
-     */
-    static boolean resetPeakResident() {
-        try {
-            Files.writeString(Path.of("/proc/self/clear_refs"), "5");
-            return true;
-        } catch (IOException | RuntimeException e) {
-            return false;
-        }
     }
 
     /** {@return the process's peak resident set (VmHWM) in bytes, or -1 where /proc is not available} */

@@ -2,13 +2,16 @@ package dev.prefill4j.backend.cpu;
 
 import dev.prefill4j.api.spi.ComputeDevice;
 import dev.prefill4j.api.spi.WeightMatrix;
-import java.util.concurrent.ForkJoinPool;
-import java.util.concurrent.ForkJoinWorkerThread;
+import java.util.concurrent.ExecutionException;
+import java.util.concurrent.ExecutorService;
+import java.util.concurrent.Executors;
+import java.util.concurrent.Future;
+import java.util.concurrent.atomic.AtomicInteger;
 import java.util.function.IntConsumer;
-import java.util.stream.IntStream;
 
 /**
- * The CPU device: a fork-join pool of {@code threads} daemon workers. GEMM splits output features into tiles,
+ * The CPU device: the calling thread plus {@code threads - 1} daemon workers, which pull task indices from a shared
+ * counter, so every thread stays busy and a worker that wakes late only takes fewer tasks. GEMM splits output features into tiles,
  * one task each; a task decodes its weight tile once into a thread-local buffer that stays in L2 and runs every
  * activation row against it, four weight rows per activation load.
  */
@@ -17,17 +20,17 @@ final class CpuDevice implements ComputeDevice {
     private static final int TILE_BYTES = 128 * 1024;
 
     private final int threads;
-    private final ForkJoinPool pool;
+    private final ExecutorService pool;
     private final ThreadLocal<float[]> tileBuffer = new ThreadLocal<>();
 
     CpuDevice(int threads) {
         this.threads = threads;
-        this.pool = threads == 1 ? null : new ForkJoinPool(threads, p -> {
-            ForkJoinWorkerThread t = ForkJoinPool.defaultForkJoinWorkerThreadFactory.newThread(p);
+        AtomicInteger ids = new AtomicInteger(1);
+        this.pool = threads == 1 ? null : Executors.newFixedThreadPool(threads - 1, r -> {
+            Thread t = new Thread(r, "prefill4j-cpu-" + ids.getAndIncrement());
             t.setDaemon(true);
-            t.setName("prefill4j-cpu-" + t.getPoolIndex());
             return t;
-        }, null, false);
+        });
     }
 
     @Override
@@ -48,7 +51,35 @@ final class CpuDevice implements ComputeDevice {
             }
             return;
         }
-        pool.submit(() -> IntStream.range(0, tasks).parallel().forEach(task)).join();
+        AtomicInteger next = new AtomicInteger();
+        Runnable drain = () -> {
+            for (int i = next.getAndIncrement(); i < tasks; i = next.getAndIncrement()) {
+                task.accept(i);
+            }
+        };
+        int helpers = Math.min(threads - 1, tasks - 1);
+        Future<?>[] running = new Future<?>[helpers];
+        for (int h = 0; h < helpers; h++) {
+            running[h] = pool.submit(drain);
+        }
+        drain.run();
+        for (Future<?> f : running) {
+            try {
+                f.get();
+            } catch (InterruptedException e) {
+                Thread.currentThread().interrupt();
+                throw new IllegalStateException("interrupted while waiting for CPU workers", e);
+            } catch (ExecutionException e) {
+                Throwable cause = e.getCause();
+                if (cause instanceof RuntimeException re) {
+                    throw re;
+                }
+                if (cause instanceof Error err) {
+                    throw err;
+                }
+                throw new IllegalStateException(cause);
+            }
+        }
     }
 
     @Override

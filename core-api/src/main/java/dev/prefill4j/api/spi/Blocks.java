@@ -23,7 +23,34 @@ public final class Blocks {
     /** One byte. */
     public static final ValueLayout.OfByte I8 = ValueLayout.JAVA_BYTE;
 
+    private static final ThreadLocal<byte[]> STAGE = ThreadLocal.withInitial(() -> new byte[0]);
+
     private Blocks() {
+    }
+
+    /**
+     * Copies {@code bytes} bytes from {@code offset} of {@code src} into a per-thread array (grown as needed, reused
+     * across calls) and returns it. Decoders work on the array with plain loops, which C2 vectorizes; per-element
+     * {@link MemorySegment} reads of unaligned little-endian data mostly are not.
+     *
+     * @param src    the encoded data
+     * @param offset byte offset
+     * @param bytes  bytes to copy
+     * @return the calling thread's staging array; valid until its next call
+     */
+    public static byte[] stage(MemorySegment src, long offset, int bytes) {
+        byte[] b = STAGE.get();
+        if (b.length < bytes) {
+            b = new byte[bytes];
+            STAGE.set(b);
+        }
+        MemorySegment.copy(src, I8, offset, b, 0, bytes);
+        return b;
+    }
+
+    /** {@return the little-endian fp16 at {@code i} of a staged array, as a float} @param b array @param i index */
+    public static float fp16(byte[] b, int i) {
+        return Float.float16ToFloat((short) ((b[i] & 0xFF) | (b[i + 1] << 8)));
     }
 
     /** {@return the fp16 at {@code offset} as a float} @param s segment @param offset byte offset */

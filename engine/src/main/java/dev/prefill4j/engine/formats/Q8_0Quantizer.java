@@ -29,12 +29,14 @@ public final class Q8_0Quantizer implements Quantizer {
     @Override
     public void decode(MemorySegment src, long offset, float[] dst, int dstOffset, int count) {
         Blocks.checkCount(count, QK, id());
-        for (int b = 0; b < count / QK; b++) {
-            long o = offset + (long) b * BLOCK_BYTES;
-            float d = Float.float16ToFloat(src.get(Blocks.I16, o));
-            int base = dstOffset + b * QK;
+        int blocks = count / QK;
+        byte[] b = Blocks.stage(src, offset, blocks * BLOCK_BYTES);
+        for (int k = 0; k < blocks; k++) {
+            int o = k * BLOCK_BYTES;
+            float d = Blocks.fp16(b, o);
+            int base = dstOffset + k * QK;
             for (int j = 0; j < QK; j++) {
-                dst[base + j] = src.get(Blocks.I8, o + 2 + j) * d;
+                dst[base + j] = b[o + 2 + j] * d;
             }
         }
     }

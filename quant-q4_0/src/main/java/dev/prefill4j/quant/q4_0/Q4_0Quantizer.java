@@ -30,14 +30,18 @@ public final class Q4_0Quantizer implements Quantizer {
     @Override
     public void decode(MemorySegment src, long offset, float[] dst, int dstOffset, int count) {
         Blocks.checkCount(count, QK, id());
-        for (int b = 0; b < count / QK; b++) {
-            long o = offset + (long) b * BYTES;
-            float d = Blocks.fp16(src, o);
-            int base = dstOffset + b * QK;
+        int blocks = count / QK;
+        byte[] b = Blocks.stage(src, offset, blocks * BYTES);
+        for (int k = 0; k < blocks; k++) {
+            int o = k * BYTES + 2;
+            float d = Blocks.fp16(b, o - 2);
+            int base = dstOffset + k * QK;
+            // Two plain loops (low nibbles, then high nibbles) so C2 can vectorize each.
             for (int j = 0; j < 16; j++) {
-                int q = Blocks.u8(src, o + 2 + j);
-                dst[base + j] = ((q & 0x0F) - 8) * d;
-                dst[base + j + 16] = ((q >>> 4) - 8) * d;
+                dst[base + j] = ((b[o + j] & 0x0F) - 8) * d;
+            }
+            for (int j = 0; j < 16; j++) {
+                dst[base + 16 + j] = (((b[o + j] >> 4) & 0x0F) - 8) * d;
             }
         }
     }

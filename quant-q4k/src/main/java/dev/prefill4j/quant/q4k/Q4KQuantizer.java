@@ -30,20 +30,26 @@ public final class Q4KQuantizer implements Quantizer {
     @Override
     public void decode(MemorySegment src, long offset, float[] dst, int dstOffset, int count) {
         Blocks.checkCount(count, QK, id());
-        for (int b = 0; b < count / QK; b++) {
-            long o = offset + (long) b * BYTES;
-            float d = Blocks.fp16(src, o);
-            float dmin = Blocks.fp16(src, o + 2);
-            int base = dstOffset + b * QK;
+        int blocks = count / QK;
+        byte[] b = Blocks.stage(src, offset, blocks * BYTES);
+        MemorySegment staged = MemorySegment.ofArray(b);
+        for (int k = 0; k < blocks; k++) {
+            int o = k * BYTES;
+            float d = Blocks.fp16(b, o);
+            float dmin = Blocks.fp16(b, o + 2);
+            int base = dstOffset + k * QK;
             for (int c = 0; c < 4; c++) {
-                float d1 = d * KQuants.scale(src, o, 2 * c);
-                float m1 = dmin * KQuants.min(src, o, 2 * c);
-                float d2 = d * KQuants.scale(src, o, 2 * c + 1);
-                float m2 = dmin * KQuants.min(src, o, 2 * c + 1);
+                float d1 = d * KQuants.scale(staged, o, 2 * c);
+                float m1 = dmin * KQuants.min(staged, o, 2 * c);
+                float d2 = d * KQuants.scale(staged, o, 2 * c + 1);
+                float m2 = dmin * KQuants.min(staged, o, 2 * c + 1);
+                int q = o + 16 + 32 * c;
+                int y = base + 64 * c;
                 for (int l = 0; l < 32; l++) {
-                    int q = Blocks.u8(src, o + 16 + 32 * c + l);
-                    dst[base + 64 * c + l] = d1 * (q & 0x0F) - m1;
-                    dst[base + 64 * c + 32 + l] = d2 * (q >>> 4) - m2;
+                    dst[y + l] = d1 * (b[q + l] & 0x0F) - m1;
+                }
+                for (int l = 0; l < 32; l++) {
+                    dst[y + 32 + l] = d2 * ((b[q + l] >> 4) & 0x0F) - m2;
                 }
             }
         }

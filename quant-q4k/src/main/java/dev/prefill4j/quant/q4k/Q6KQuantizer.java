@@ -43,12 +43,24 @@ public final class Q6KQuantizer implements Quantizer {
     @Override
     public void decode(MemorySegment src, long offset, float[] dst, int dstOffset, int count) {
         Blocks.checkCount(count, QK, id());
-        for (int b = 0; b < count / QK; b++) {
-            long o = offset + (long) b * BYTES;
-            float d = Blocks.fp16(src, o + 208);
-            int base = dstOffset + b * QK;
-            for (int e = 0; e < QK; e++) {
-                dst[base + e] = d * scale(src, o, e) * level(src, o, e);
+        int blocks = count / QK;
+        byte[] b = Blocks.stage(src, offset, blocks * BYTES);
+        for (int k = 0; k < blocks; k++) {
+            int o = k * BYTES;
+            float d = Blocks.fp16(b, o + 208);
+            for (int h = 0; h < 2; h++) {
+                int ql = o + 64 * h;
+                int qh = o + 128 + 32 * h;
+                int sc = o + 192 + 8 * h;
+                int y = dstOffset + k * QK + 128 * h;
+                for (int l = 0; l < 32; l++) {
+                    int is = l / 16;
+                    int hb = b[qh + l] & 0xFF;
+                    dst[y + l] = d * b[sc + is] * (((b[ql + l] & 0x0F) | ((hb & 3) << 4)) - 32);
+                    dst[y + l + 32] = d * b[sc + is + 2] * (((b[ql + l + 32] & 0x0F) | (((hb >> 2) & 3) << 4)) - 32);
+                    dst[y + l + 64] = d * b[sc + is + 4] * ((((b[ql + l] >> 4) & 0x0F) | (((hb >> 4) & 3) << 4)) - 32);
+                    dst[y + l + 96] = d * b[sc + is + 6] * ((((b[ql + l + 32] >> 4) & 0x0F) | (((hb >> 6) & 3) << 4)) - 32);
+                }
             }
         }
     }
