@@ -10,6 +10,7 @@ import dev.prefill4j.api.spi.ComputeDevice;
 import dev.prefill4j.api.spi.KVConfig;
 import dev.prefill4j.api.spi.KVStore;
 import dev.prefill4j.api.spi.Quantizer;
+import dev.prefill4j.engine.gguf.GgmlType;
 import dev.prefill4j.engine.gguf.GgufFile;
 import dev.prefill4j.engine.llama2c.Llama2cCheckpoint;
 import dev.prefill4j.engine.model.LlamaConfig;
@@ -210,9 +211,11 @@ public final class Engine implements AutoCloseable {
             if (id.equals("f32")) {
                 continue;
             }
-            map.put(w, registry.quantizer(id).orElseThrow(() -> new PrefillException(PrefillException.Code.MISSING_FORMAT,
-                    "quantized activations for " + w.id() + " weights use format '" + id + "', which no module on the "
-                    + "path provides (run 'prefill4j plugins')")));
+            map.put(w, registry.quantizer(id).orElseThrow(() -> GgmlType.byName(id)
+                    .map(t -> PluginRegistry.missingFormat(t, "quantized activations for " + w.id() + " weights need "
+                            + "format '" + id + "', which"))
+                    .orElseGet(() -> new PrefillException(PrefillException.Code.MISSING_FORMAT, "quantized activations for "
+                            + w.id() + " weights use format '" + id + "', which no module on the path provides"))));
         }
         return map;
     }

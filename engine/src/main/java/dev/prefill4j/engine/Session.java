@@ -229,8 +229,8 @@ public final class Session implements AutoCloseable {
 
     /**
      * One projection. With quantized activations each input row is first rounded through the weight format's
-     * activation format (encode, then decode): numerically what llama.cpp's integer dot products compute, up to the
-     * order of float additions.
+     * activation format (encode, then decode) and the products are accumulated exactly ({@link
+     * ComputeDevice#matmulExact}): numerically what llama.cpp's integer dot products compute.
      */
     private void project(WeightMatrix w, float[] x, int rows, float[] out) {
         Quantizer act = activationFormats.get(w.format());
@@ -243,7 +243,7 @@ public final class Session implements AutoCloseable {
             act.encode(x, r * cols, cols, quantizedRow, 0);
             act.decode(quantizedRow, 0, quantized, r * cols, cols);
         }
-        device.matmul(w, quantized, rows, out);
+        device.matmulExact(w, quantized, rows, out);
     }
 
     private static void addInPlace(float[] a, float[] b, int n) {

@@ -32,7 +32,8 @@ class QuantizeTest {
 
     /** Same per-tensor types, byte-identical data, same metadata value types, for every tensor. */
     @ParameterizedTest
-    @CsvSource({"q8_0,tiny-256-Q8_0", "q4_0,tiny-256-Q4_0", "q4_k_m,tiny-256-Q4_K_M"})
+    @CsvSource({"q8_0,tiny-256-Q8_0", "q4_0,tiny-256-Q4_0", "q4_k_m,tiny-256-Q4_K_M", "tq1_0,tiny-256-TQ1_0",
+        "tq2_0,tiny-256-TQ2_0"})
     void tensorDataIsByteIdenticalToLlamaQuantize(String type, String reference) throws Exception {
         Path out = dir.resolve(reference + ".gguf");
         Cli.Result r = Cli.run("quantize", Models.require("tiny-256-F32.gguf").toString(), out.toString(), "--type", type);

@@ -127,6 +127,29 @@ final class CpuDevice implements ComputeDevice {
         });
     }
 
+    @Override
+    public void matmulExact(WeightMatrix w, float[] x, int rows, float[] out) {
+        int n = w.rows();
+        int k = w.cols();
+        long rowBytes = w.rowBytes();
+        int tileRows = Math.max(1, Math.min(n, TILE_BYTES / (4 * k)));
+        int tiles = (n + tileRows - 1) / tileRows;
+        parallelFor(tiles, ti -> {
+            int o0 = ti * tileRows;
+            int o1 = Math.min(n, o0 + tileRows);
+            float[] buf = buffer(tileRows * k);
+            double[] lanes = new double[VectorOps.DOUBLES.length()];
+            for (int o = o0; o < o1; o++) {
+                w.format().decode(w.data(), rowBytes * o, buf, (o - o0) * k, k);
+            }
+            for (int r = 0; r < rows; r++) {
+                for (int o = o0; o < o1; o++) {
+                    out[r * n + o] = VectorOps.dotExact(buf, (o - o0) * k, x, r * k, k, lanes);
+                }
+            }
+        });
+    }
+
     private float[] buffer(int size) {
         float[] b = tileBuffer.get();
         if (b == null || b.length < size) {
@@ -143,10 +166,10 @@ final class CpuDevice implements ComputeDevice {
             int o = r * n;
             double ss = 0;
             for (int i = 0; i < n; i++) {
-                ss += (double) x[o + i] * x[o + i];
+                ss += x[o + i] * x[o + i]; // squared in float, summed in double, as ggml's rms_norm
             }
-            // As llama.cpp: the mean in double, then scale = 1/sqrtf(mean + eps), x*scale, then the gains.
-            float scale = (float) (1.0 / Math.sqrt((float) (ss / n) + eps));
+            float mean = (float) (ss / n);
+            float scale = 1.0f / (float) Math.sqrt(mean + eps);
             for (int i = 0; i < n; i++) {
                 out[o + i] = (x[o + i] * scale) * weight[i];
             }

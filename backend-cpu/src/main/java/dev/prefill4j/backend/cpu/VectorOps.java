@@ -1,6 +1,8 @@
 package dev.prefill4j.backend.cpu;
 
+import jdk.incubator.vector.DoubleVector;
 import jdk.incubator.vector.FloatVector;
+import jdk.incubator.vector.VectorOperators;
 import jdk.incubator.vector.VectorSpecies;
 
 /**
@@ -9,6 +11,9 @@ import jdk.incubator.vector.VectorSpecies;
  */
 final class VectorOps {
     static final VectorSpecies<Float> FLOATS = species();
+    /** Doubles in vectors of the same size: each float vector converts into {@link #PARTS} of them. */
+    static final VectorSpecies<Double> DOUBLES = VectorSpecies.of(double.class, FLOATS.vectorShape());
+    static final int PARTS = FLOATS.length() / DOUBLES.length();
 
     private VectorOps() {
     }
@@ -173,6 +178,34 @@ final class VectorOps {
         for (; i < n; i++) {
             acc[ao + i] = acc[ao + i] * scale + weight * v[vo + i];
         }
+    }
+
+    /**
+     * {@code sum a[ao+i] * b[bo+i]} accumulated in double: every float product is exact in double, so the result is
+     * the exact dot product up to double rounding (1e-16 relative), rounded to float once. Lane sums in fixed order.
+     */
+    static float dotExact(float[] a, int ao, float[] b, int bo, int n, double[] lanes) {
+        int i = 0;
+        int bound = FLOATS.loopBound(n);
+        DoubleVector acc = DoubleVector.zero(DOUBLES);
+        for (; i < bound; i += FLOATS.length()) {
+            FloatVector va = FloatVector.fromArray(FLOATS, a, ao + i);
+            FloatVector vb = FloatVector.fromArray(FLOATS, b, bo + i);
+            for (int p = 0; p < PARTS; p++) {
+                DoubleVector da = (DoubleVector) va.convertShape(VectorOperators.F2D, DOUBLES, p);
+                DoubleVector db = (DoubleVector) vb.convertShape(VectorOperators.F2D, DOUBLES, p);
+                acc = da.fma(db, acc);
+            }
+        }
+        acc.intoArray(lanes, 0);
+        double s = 0;
+        for (int l = 0; l < lanes.length; l++) {
+            s += lanes[l];
+        }
+        for (; i < n; i++) {
+            s += (double) a[ao + i] * b[bo + i];
+        }
+        return (float) s;
     }
 
     /** Twelve independent FMA chains for {@code iterations} steps: the peak-FLOP/s calibration loop. */

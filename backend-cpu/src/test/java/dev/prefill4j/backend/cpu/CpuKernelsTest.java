@@ -86,6 +86,31 @@ class CpuKernelsTest {
         }
     }
 
+    /** The exact variant: the FP64 dot product rounded once, so within one float ulp of the FP64 value. */
+    @ParameterizedTest
+    @CsvSource({"1,5,64,2", "13,37,172,2", "6,9,31,1"})
+    void matmulExactIsTheCorrectlyRoundedDotProduct(int rows, int n, int k, int threads) {
+        SplittableRandom rnd = new SplittableRandom(rows * 17L + n + k);
+        float[] w = random(rnd, n * k);
+        float[] x = random(rnd, rows * k);
+        MemorySegment data = Arena.ofAuto().allocate(4L * n * k);
+        MemorySegment.copy(w, 0, data, F32, 0, w.length);
+        float[] out = new float[rows * n];
+        Arrays.fill(out, Float.NaN);
+        try (ComputeDevice d = new CpuBackend().create(new BackendContext(threads))) {
+            d.matmulExact(new WeightMatrix("w", new TestF32(), data, n, k), x, rows, out);
+        }
+        for (int r = 0; r < rows; r++) {
+            for (int o = 0; o < n; o++) {
+                double ref = 0;
+                for (int i = 0; i < k; i++) {
+                    ref += (double) w[o * k + i] * x[r * k + i];
+                }
+                assertTrue(Math.abs(out[r * n + o] - ref) <= Math.ulp((float) ref), "row " + r + " out " + o);
+            }
+        }
+    }
+
     @ParameterizedTest
     @CsvSource({"3,2,8,8,0,10000", "2,4,16,8,5,500000", "1,8,64,64,1000,10000"})
     void normsRopeAndSwigluMatchFp64(int rows, int heads, int headDim, int ropeDim, int startPos, float base) {

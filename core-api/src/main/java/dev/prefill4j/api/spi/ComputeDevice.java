@@ -31,6 +31,19 @@ public interface ComputeDevice extends AutoCloseable {
     void matmul(WeightMatrix w, float[] x, int rows, float[] out);
 
     /**
+     * As {@link #matmul}, but each dot product is accumulated in double precision and rounded to float once, so the
+     * result is the exact dot product of the given floats, correctly rounded. The engine uses it with quantized
+     * activations: llama.cpp's integer dot products are exact within a block, and float accumulation would differ
+     * from them in the last bit, which can flip a downstream int8 rounding.
+     *
+     * @param w    weights
+     * @param x    activations {@code [rows][w.cols()]}
+     * @param rows activation rows
+     * @param out  results {@code [rows][w.rows()]}
+     */
+    void matmulExact(WeightMatrix w, float[] x, int rows, float[] out);
+
+    /**
      * RMSNorm: {@code out[r][i] = x[r][i] / sqrt(mean_i(x[r]^2) + eps) * weight[i]}.
      *
      * @param x      input {@code [rows][weight.length]}

@@ -33,8 +33,8 @@ import java.util.SplittableRandom;
  *       (for a format with {@code 2^b} levels that is about half a level: {@code 0.5 / (2^(b-1) - 1)});</li>
  *   <li>decode at unaligned offsets and into the middle of an array touches exactly its elements;</li>
  *   <li>the fused {@code dot} equals the FP64 dot of the decoded row within {@code dot * sum|w*x|};</li>
- *   <li>GEMM on every {@link Backend} found by {@link ServiceLoader} equals FP64 over the decoded weights within the
- *       same relative bound, for shapes with one and many activation rows.</li>
+ *   <li>GEMM, float and exact accumulation, on every {@link Backend} found by {@link ServiceLoader} equals FP64 over
+ *       the decoded weights within the same relative bound, for shapes with one and many activation rows.</li>
  * </ol>
  */
 public final class QuantizerTestKit {
@@ -167,9 +167,14 @@ public final class QuantizerTestKit {
                         q.decode(enc, o * q.byteSize(k), wd, o * k, k);
                     }
                     float[] x = data(rows * k, seed + 100 + rows);
+                    for (boolean exact : new boolean[] {false, true}) {
                     float[] y = new float[rows * out];
                     Arrays.fill(y, Float.NaN);
-                    device.matmul(new WeightMatrix("kit", q, enc, out, k), x, rows, y);
+                    if (exact) {
+                        device.matmulExact(new WeightMatrix("kit", q, enc, out, k), x, rows, y);
+                    } else {
+                        device.matmul(new WeightMatrix("kit", q, enc, out, k), x, rows, y);
+                    }
                     for (int r = 0; r < rows; r++) {
                         for (int o = 0; o < out; o++) {
                             double ref = 0;
@@ -179,9 +184,10 @@ public final class QuantizerTestKit {
                                 mag += Math.abs((double) wd[o * k + i] * x[r * k + i]);
                             }
                             double got = y[r * out + o];
-                            check(Math.abs(got - ref) <= tol.dot() * mag + 1e-30, q, "GEMM on backend '" + backend.id()
-                                    + "' row " + r + " output " + o + ": " + got + ", FP64 = " + ref);
+                            check(Math.abs(got - ref) <= tol.dot() * mag + 1e-30, q, (exact ? "exact " : "") + "GEMM on backend '"
+                                    + backend.id() + "' row " + r + " output " + o + ": " + got + ", FP64 = " + ref);
                         }
+                    }
                     }
                 }
             }

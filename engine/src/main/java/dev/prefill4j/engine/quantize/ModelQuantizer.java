@@ -138,6 +138,9 @@ public final class ModelQuantizer {
                     if (!base.name().equals("Q8_0") && base.blockSize() > 1) {
                         target = type("Q6_K");
                     }
+                } else if (name.equals("token_embd.weight") && base.name().startsWith("TQ")) {
+                    // Ternary files keep the embedding in Q4_K: it is looked up, not multiplied, and is not ternary.
+                    target = type("Q4_K");
                 } else if (name.contains("attn_v.weight")) {
                     if (type.name().equals("q4_k_m") && useMoreBits(attnV, layers)) {
                         target = type("Q6_K");
