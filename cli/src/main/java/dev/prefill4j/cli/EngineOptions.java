@@ -44,7 +44,7 @@ final class EngineOptions {
     String kv;
 
     @Option(names = "--kv-type", paramLabel = "TYPE", defaultValue = "f16",
-            description = "KV cache element type: f32 or f16 (default: ${DEFAULT-VALUE}).")
+            description = "KV cache element type: f32, f16 or q8_0 (default: ${DEFAULT-VALUE}).")
     String kvType;
 
     @Option(names = "--activations", paramLabel = "MODE", defaultValue = "f32",
@@ -60,7 +60,7 @@ final class EngineOptions {
         try {
             return KVElementType.valueOf(kvType.toUpperCase(Locale.ROOT));
         } catch (IllegalArgumentException e) {
-            throw new PrefillException(PrefillException.Code.ARGUMENT, "unknown --kv-type '" + kvType + "'; use f32 or f16");
+            throw new PrefillException(PrefillException.Code.ARGUMENT, "unknown --kv-type '" + kvType + "'; use f32, f16 or q8_0");
         }
     }
 

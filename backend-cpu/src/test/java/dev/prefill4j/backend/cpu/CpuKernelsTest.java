@@ -185,8 +185,10 @@ class CpuKernelsTest {
         @Override
         public void append(int layer, int position, int count, float[] kk, float[] vv) {
             long row = config.elementType().rowBytes(config.kvDim());
-            config.elementType().encode(kk, 0, count * config.kvDim(), k, row * position);
-            config.elementType().encode(vv, 0, count * config.kvDim(), v, row * position);
+            for (int i = 0; i < count; i++) {
+                config.elementType().encode(kk, i * config.kvDim(), config.kvDim(), k, row * (position + i));
+                config.elementType().encode(vv, i * config.kvDim(), config.kvDim(), v, row * (position + i));
+            }
             length = position + count;
         }
 
@@ -205,7 +207,8 @@ class CpuKernelsTest {
      * outputs are convex combinations of unit-scale values, computed in float with an online softmax.
      */
     @ParameterizedTest
-    @CsvSource({"5,0,8,4,8,4,F32,2", "70,0,4,2,16,16,F16,2", "1,99,8,2,8,32,F32,1", "40,25,6,3,64,7,F16,2"})
+    @CsvSource({"5,0,8,4,8,4,F32,2", "70,0,4,2,16,16,F16,2", "1,99,8,2,8,32,F32,1", "40,25,6,3,64,7,F16,2",
+        "33,10,8,4,16,16,Q8_0,2", "5,3,8,4,8,4,Q8_0,1"})
     void pagedAttentionMatchesFp64(int queries, int startPos, int heads, int kvHeads, int hd, int pageSize,
                                    KVElementType type, int threads) {
         SplittableRandom rnd = new SplittableRandom(queries + startPos);
@@ -218,8 +221,11 @@ class CpuKernelsTest {
         // What the kernel sees: the stored (possibly F16-rounded) values.
         float[] ks = new float[k.length];
         float[] vs = new float[v.length];
-        type.decode(cache.k, 0, ks, 0, ks.length);
-        type.decode(cache.v, 0, vs, 0, vs.length);
+        long rowBytes = type.rowBytes(kvDim);
+        for (int r = 0; r < total; r++) {
+            type.decode(cache.k, rowBytes * r, 0, kvDim, ks, r * kvDim);
+            type.decode(cache.v, rowBytes * r, 0, kvDim, vs, r * kvDim);
+        }
         float[] q = random(rnd, queries * heads * hd);
         float[] out = new float[queries * heads * hd];
         Arrays.fill(out, Float.NaN);

@@ -31,8 +31,7 @@ public record KVPage(int firstPosition, int positions, MemorySegment keys, Memor
      * @param dstOffset first index written
      */
     public void key(int row, int from, int count, float[] dst, int dstOffset) {
-        elementType.decode(keys, elementType.rowBytes(kvDim) * row + (long) from * elementType.elementBytes(),
-                dst, dstOffset, count);
+        elementType.decode(keys, elementType.rowBytes(kvDim) * row, from, count, dst, dstOffset);
     }
 
     /**
@@ -45,7 +44,6 @@ public record KVPage(int firstPosition, int positions, MemorySegment keys, Memor
      * @param dstOffset first index written
      */
     public void value(int row, int from, int count, float[] dst, int dstOffset) {
-        elementType.decode(values, elementType.rowBytes(kvDim) * row + (long) from * elementType.elementBytes(),
-                dst, dstOffset, count);
+        elementType.decode(values, elementType.rowBytes(kvDim) * row, from, count, dst, dstOffset);
     }
 }

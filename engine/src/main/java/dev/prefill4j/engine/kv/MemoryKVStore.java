@@ -20,13 +20,17 @@ public final class MemoryKVStore implements KVStore {
     @Override public String apiVersion() { return ApiVersion.CURRENT; }
     @Override public String description() { return "KV pages in RAM (off-heap), allocated as positions arrive"; }
     @Override public int priority() { return 100; }
-    @Override public Set<KVElementType> elementTypes() { return EnumSet.of(KVElementType.F32, KVElementType.F16); }
+    @Override public Set<KVElementType> elementTypes() { return EnumSet.allOf(KVElementType.class); }
 
     @Override
     public KVCache open(KVConfig config) {
         if (!elementTypes().contains(config.elementType())) {
             throw new IllegalArgumentException("the memory KV store holds " + elementTypes() + ", not "
                     + config.elementType());
+        }
+        if (config.kvDim() % config.elementType().blockSize() != 0) {
+            throw new IllegalArgumentException(config.elementType() + " KV rows need a multiple of "
+                    + config.elementType().blockSize() + " elements; this model has " + config.kvDim() + " (use f16)");
         }
         return new MemoryKVCache(config);
     }

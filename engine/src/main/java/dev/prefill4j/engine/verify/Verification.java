@@ -15,8 +15,9 @@ import java.util.SplittableRandom;
  *
  * <p>Tolerance on the largest logit difference, relative to the largest reference logit magnitude {@code M}:
  * {@code 1e-4 + 1e-4 M} for F32 KV and float32 activations (float32 rounding only); times 20 with an F16 KV cache
- * (K and V rounded to 11 bits); times 50 with quantized activations, where a last-bit difference upstream may flip an
- * int8 rounding that the reference makes the other way.
+ * (K and V rounded to 11 bits), times 200 with a Q8_0 KV cache (8 bits per block of 32; measured up to 0.22 on
+ * stories260K over 5 positions); times 50 with quantized activations, where a last-bit difference upstream may flip
+ * an int8 rounding that the reference makes the other way.
  *
  * @param passed    whether the difference is within tolerance
  * @param maxDiff   largest |logit - reference| over every position
@@ -49,9 +50,11 @@ public record Verification(boolean passed, double maxDiff, double tolerance, int
             mag = Math.max(mag, Math.abs(ref[i]));
         }
         double tol = 1e-4 + 1e-4 * mag;
-        if (options.kvType() != KVElementType.F32) {
-            tol *= 20;
-        }
+        tol *= switch (options.kvType()) {
+            case F32 -> 1;
+            case F16 -> 20;
+            case Q8_0 -> 200;
+        };
         if (options.activations() == SessionOptions.Activations.QUANTIZED) {
             tol *= 50;
         }
