@@ -14,6 +14,7 @@ module dev.prefill4j.engine {
     requires transitive dev.prefill4j.api;
 
     exports dev.prefill4j.engine;
+    exports dev.prefill4j.engine.draft;
     exports dev.prefill4j.engine.gguf;
     exports dev.prefill4j.engine.llama2c;
     exports dev.prefill4j.engine.model;

@@ -1,5 +1,6 @@
 package dev.prefill4j.cli;
 
+import dev.prefill4j.engine.BurstGeneration;
 import dev.prefill4j.engine.Engine;
 import dev.prefill4j.engine.Generation;
 import dev.prefill4j.api.PrefillException;
@@ -7,6 +8,7 @@ import dev.prefill4j.engine.Sampler;
 import dev.prefill4j.engine.SamplerConfig;
 import dev.prefill4j.engine.Session;
 import dev.prefill4j.engine.SessionOptions;
+import dev.prefill4j.engine.draft.PromptLookupDrafts;
 import dev.prefill4j.engine.model.LlamaModel;
 import java.io.IOException;
 import java.io.OutputStream;
@@ -59,6 +61,11 @@ final class RunCommand implements Callable<Integer> {
             description = "Context length; 0 = the model's (default: ${DEFAULT-VALUE}).")
     int ctx;
 
+    @Option(names = "--burst", paramLabel = "K", defaultValue = "1",
+            description = "Verify the next token plus up to K-1 drafted tokens (prompt lookup) per forward pass; "
+                    + "output is identical to greedy decoding. Needs --temp 0 (default: ${DEFAULT-VALUE}).")
+    int burst;
+
     @Option(names = "--ignore-eos", description = "Keep generating after the end-of-sequence token.")
     boolean ignoreEos;
 
@@ -84,8 +91,19 @@ final class RunCommand implements Callable<Integer> {
                 System.err.println("[synthetic model " + model.source() + ": random weights, the text is meaningless]");
             }
             Utf8Stream stream = json ? null : new Utf8Stream(out);
-            Generation g = session.generate(prompt, nPredict, sampler, ignoreEos, logitsOut != null,
-                    stream == null ? null : id -> stream.write(model.tokenizer().bytes(id)));
+            java.util.function.IntConsumer sink = stream == null ? null : id -> stream.write(model.tokenizer().bytes(id));
+            BurstGeneration bursts = null;
+            Generation g;
+            if (burst > 1) {
+                if (temperature != 0 || logitsOut != null) {
+                    throw new PrefillException(PrefillException.Code.ARGUMENT,
+                            "--burst verifies greedy choices: use it with --temp 0 and without --logits-out");
+                }
+                bursts = session.generateWithBursts(prompt, nPredict, burst, PromptLookupDrafts.defaults(), ignoreEos, sink);
+                g = bursts.generation();
+            } else {
+                g = session.generate(prompt, nPredict, sampler, ignoreEos, logitsOut != null, sink);
+            }
             if (logitsOut != null) {
                 writeLogits(logitsOut, g.promptLogits());
             }
@@ -103,6 +121,16 @@ final class RunCommand implements Callable<Integer> {
                 doc.put("prompt_ids", g.promptIds());
                 doc.put("generated_ids", g.generatedIds());
                 doc.put("text", g.text());
+                if (bursts != null) {
+                    Map<String, Object> b = new LinkedHashMap<>();
+                    b.put("burst", burst);
+                    b.put("passes", bursts.passes());
+                    b.put("drafts_proposed", bursts.draftsProposed());
+                    b.put("drafts_accepted", bursts.draftsAccepted());
+                    b.put("acceptance_rate", bursts.acceptanceRate());
+                    b.put("tokens_per_pass", bursts.tokensPerPass());
+                    doc.put("bursts", b);
+                }
                 Map<String, Object> t = new LinkedHashMap<>();
                 t.put("prefill_ms", g.prefillNanos() / 1e6);
                 t.put("prefill_tokens_per_s", g.prefillTokensPerSecond());
@@ -117,6 +145,11 @@ final class RunCommand implements Callable<Integer> {
                         + "(%.1f tok/s) | %s%n", g.promptIds().length, g.prefillNanos() / 1e6,
                         g.prefillTokensPerSecond(), g.generatedIds().length, g.decodeNanos() / 1e6,
                         g.decodeTokensPerSecond(), e.device().description());
+                if (bursts != null) {
+                    System.err.printf(Locale.ROOT, "bursts of %d: %d passes, %d/%d drafts accepted (%.0f%%), %.2f tokens per pass%n",
+                            burst, bursts.passes(), bursts.draftsAccepted(), bursts.draftsProposed(),
+                            100 * bursts.acceptanceRate(), bursts.tokensPerPass());
+                }
             }
             out.flush();
         }

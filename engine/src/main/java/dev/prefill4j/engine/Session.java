@@ -8,6 +8,7 @@ import dev.prefill4j.api.spi.ComputeDevice;
 import dev.prefill4j.api.spi.KVCache;
 import dev.prefill4j.api.spi.Quantizer;
 import dev.prefill4j.api.spi.WeightMatrix;
+import dev.prefill4j.engine.draft.DraftSource;
 import java.lang.foreign.Arena;
 import java.lang.foreign.MemorySegment;
 import java.util.Map;
@@ -179,6 +180,104 @@ public final class Session implements AutoCloseable {
         long t2 = System.nanoTime();
         int[] gen = Arrays.copyOf(out, produced);
         return new Generation(ids, gen, model.tokenizer().decode(gen), keepLogits ? logits : null, t1 - t0, t2 - t1);
+    }
+
+    /**
+     * Greedy generation with burst verification: each pass feeds the pending token plus up to {@code burst - 1}
+     * tokens proposed by {@code drafts}, computes logits for all of them in one forward pass (one read of the KV
+     * cache per layer), accepts the longest prefix of drafts that greedy decoding would itself have produced, and
+     * forgets the KV positions of the rejected ones. The output equals {@link #generate} with a greedy sampler; only
+     * the number of passes changes.
+     *
+     * @param prompt    the text
+     * @param maxTokens tokens to generate
+     * @param burst     tokens verified per pass, at least 1 (1 = no drafting)
+     * @param drafts    where proposals come from
+     * @param ignoreEos keep going after EOS
+     * @param onToken   called with each accepted id in order; may be {@code null}
+     * @return the generation and the drafting statistics
+     */
+    public BurstGeneration generateWithBursts(String prompt, int maxTokens, int burst,
+                                              DraftSource drafts, boolean ignoreEos,
+                                              IntConsumer onToken) {
+        if (burst < 1) {
+            throw new PrefillException(PrefillException.Code.ARGUMENT, "--burst must be at least 1, got " + burst);
+        }
+        int[] ids = model.tokenizer().encode(prompt);
+        if ((long) position + ids.length + maxTokens + burst > capacity) {
+            throw new PrefillException(PrefillException.Code.CONTEXT, "the prompt (" + ids.length + " tokens) plus "
+                    + maxTokens + " to generate and a burst of " + burst + " exceed the context of " + capacity
+                    + " positions; shorten the prompt, lower -n or raise -c");
+        }
+        int[] history = Arrays.copyOf(ids, ids.length + maxTokens + burst);
+        int length = ids.length;
+        long t0 = System.nanoTime();
+        int pending = Sampler.argmax(prefill(ids, false));
+        long t1 = System.nanoTime();
+        int produced = 0;
+        int passes = 0;
+        int proposed = 0;
+        int accepted = 0;
+        int vocab = c.vocab();
+        boolean stop = false;
+        while (!stop) {
+            // The pending token is accepted by construction (greedy choice of the previous pass).
+            history[length++] = pending;
+            produced++;
+            if (onToken != null) {
+                onToken.accept(pending);
+            }
+            if (produced == maxTokens || (pending == model.tokenizer().eos() && !ignoreEos)) {
+                break;
+            }
+            int[] draft = drafts.propose(history, length, Math.min(burst - 1, maxTokens - produced));
+            int[] batch = new int[1 + draft.length];
+            batch[0] = pending;
+            System.arraycopy(draft, 0, batch, 1, draft.length);
+            int base = position;
+            float[] logits = prefill(batch, true);
+            passes++;
+            proposed += draft.length;
+            int a = 0;
+            while (a < draft.length && Sampler.argmax(slice(logits, a, vocab)) == draft[a]) {
+                int token = draft[a];
+                history[length++] = token;
+                produced++;
+                a++;
+                if (onToken != null) {
+                    onToken.accept(token);
+                }
+                if (produced == maxTokens || (token == model.tokenizer().eos() && !ignoreEos)) {
+                    stop = true;
+                    break;
+                }
+            }
+            accepted += a;
+            // Keep the KV of the pending token and the accepted drafts; forget the rejected drafts.
+            truncate(base + 1 + a);
+            pending = Sampler.argmax(slice(logits, a, vocab));
+        }
+        long t2 = System.nanoTime();
+        int[] gen = Arrays.copyOfRange(history, ids.length, ids.length + produced);
+        Generation g = new Generation(ids, gen, model.tokenizer().decode(gen), null, t1 - t0, t2 - t1);
+        return new BurstGeneration(g, passes, proposed, accepted);
+    }
+
+    private static float[] slice(float[] logits, int row, int vocab) {
+        return Arrays.copyOfRange(logits, row * vocab, (row + 1) * vocab);
+    }
+
+    /**
+     * Forgets every position at or after {@code length} (rejected draft tokens).
+     *
+     * @param length positions kept, at most {@link #position()}
+     */
+    public void truncate(int length) {
+        if (length < 0 || length > position) {
+            throw new IllegalArgumentException("cannot truncate " + position + " positions to " + length);
+        }
+        cache.truncate(length);
+        position = length;
     }
 
     private void forward(int[] tokens, int start, int n) {
