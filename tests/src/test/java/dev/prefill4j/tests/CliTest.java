@@ -132,6 +132,23 @@ class CliTest {
         Files.write(version, v);
         assertOneLineError(Cli.run("inspect", version.toString()), version.toString(), "unsupported GGUF version 9");
         assertOneLineError(Cli.run("run", "-m", dir.resolve("absent.gguf").toString()), "no such file");
+        // Header fields patched in a real file: tensor count (offset 8) to 2^60, and the first tensor's type to 99.
+        Path absurd = dir.resolve("absurd.gguf");
+        byte[] a = real.clone();
+        java.nio.ByteBuffer.wrap(a).order(java.nio.ByteOrder.LITTLE_ENDIAN).putLong(8, 1L << 60);
+        Files.write(absurd, a);
+        assertOneLineError(Cli.run("inspect", absurd.toString()), absurd.toString(), "claims 1152921504606846976 tensors");
+        Path unknown = dir.resolve("unknown-type.gguf");
+        byte[] u = real.clone();
+        try (var f = dev.prefill4j.engine.gguf.GgufFile.open(Models.require("stories260K-F32.gguf"))) {
+            // The type field of tensor 0 sits 4 + 8 bytes before the first tensor's offset field: find it by its name.
+            String name = f.tensors().get(0).name();
+            int at = new String(real, java.nio.charset.StandardCharsets.ISO_8859_1).indexOf(name) + name.length();
+            int dims = f.tensors().get(0).ne().length;
+            java.nio.ByteBuffer.wrap(u).order(java.nio.ByteOrder.LITTLE_ENDIAN).putInt(at + 4 + 8 * dims, 99);
+        }
+        Files.write(unknown, u);
+        assertOneLineError(Cli.run("run", "-m", unknown.toString()), unknown.toString(), "unknown tensor type 99");
     }
 
     @Test
