@@ -217,7 +217,7 @@ final class CpuDevice implements ComputeDevice {
         for (int i = 0; i < 2_000; i++) {
             VectorOps.fmaChains(100);
         }
-        int iterations = 1_000_000;
+        int iterations = 4_000_000;
         double best = 0;
         for (int run = 0; run < 7; run++) {
             long t0 = System.nanoTime();

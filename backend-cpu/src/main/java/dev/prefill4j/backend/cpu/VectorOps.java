@@ -212,8 +212,19 @@ final class VectorOps {
     static float fmaChains(int iterations) {
         FloatVector m = FloatVector.broadcast(FLOATS, 0.999999f);
         FloatVector c = FloatVector.broadcast(FLOATS, 1e-7f);
-        FloatVector a0 = FloatVector.broadcast(FLOATS, 1f), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0;
-        FloatVector a6 = a0, a7 = a0, a8 = a0, a9 = a0, a10 = a0, a11 = a0;
+        // Distinct start values: identical chains could be merged by the compiler and counted twelve times.
+        FloatVector a0 = FloatVector.broadcast(FLOATS, 1.00f);
+        FloatVector a1 = FloatVector.broadcast(FLOATS, 1.01f);
+        FloatVector a2 = FloatVector.broadcast(FLOATS, 1.02f);
+        FloatVector a3 = FloatVector.broadcast(FLOATS, 1.03f);
+        FloatVector a4 = FloatVector.broadcast(FLOATS, 1.04f);
+        FloatVector a5 = FloatVector.broadcast(FLOATS, 1.05f);
+        FloatVector a6 = FloatVector.broadcast(FLOATS, 1.06f);
+        FloatVector a7 = FloatVector.broadcast(FLOATS, 1.07f);
+        FloatVector a8 = FloatVector.broadcast(FLOATS, 1.08f);
+        FloatVector a9 = FloatVector.broadcast(FLOATS, 1.09f);
+        FloatVector a10 = FloatVector.broadcast(FLOATS, 1.10f);
+        FloatVector a11 = FloatVector.broadcast(FLOATS, 1.11f);
         for (int i = 0; i < iterations; i++) {
             a0 = a0.fma(m, c);
             a1 = a1.fma(m, c);
