@@ -8,6 +8,8 @@
  */
 module dev.prefill4j.quant.q4_0 {
     requires dev.prefill4j.api;
+    // Vector API tile decoders (the CPU backend calls decode once per weight tile).
+    requires jdk.incubator.vector;
 
     provides dev.prefill4j.api.spi.Quantizer with
             dev.prefill4j.quant.q4_0.Q4_0Quantizer,

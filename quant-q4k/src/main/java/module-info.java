@@ -9,6 +9,8 @@
  */
 module dev.prefill4j.quant.q4k {
     requires dev.prefill4j.api;
+    // Vector API tile decoders (the CPU backend calls decode once per weight tile).
+    requires jdk.incubator.vector;
 
     provides dev.prefill4j.api.spi.Quantizer with
             dev.prefill4j.quant.q4k.Q4KQuantizer,

@@ -5,6 +5,11 @@ import dev.prefill4j.api.spi.Blocks;
 import dev.prefill4j.api.spi.Quantizer;
 import java.lang.foreign.MemorySegment;
 import java.util.OptionalInt;
+import jdk.incubator.vector.ByteVector;
+import jdk.incubator.vector.FloatVector;
+import jdk.incubator.vector.VectorOperators;
+import jdk.incubator.vector.VectorShape;
+import jdk.incubator.vector.VectorSpecies;
 
 /**
  * GGUF Q4_0 (type 2): 32 weights in 18 bytes, {@code d} fp16 at 0, {@code qs[16]} at 2. Byte {@code qs[j]} holds
@@ -16,6 +21,11 @@ import java.util.OptionalInt;
  * taken from the fp32 {@code d}.
  */
 public final class Q4_0Quantizer implements Quantizer {
+    /** Float lanes of the decoder, at most 16 (half a block); bytes in vectors with as many lanes. */
+    static final VectorSpecies<Float> FLOATS = FloatVector.SPECIES_PREFERRED.length() > 16
+            ? FloatVector.SPECIES_512 : FloatVector.SPECIES_PREFERRED;
+    static final VectorSpecies<Byte> BYTES_PER_LANE =
+            VectorSpecies.of(byte.class, VectorShape.forBitSize(FLOATS.length() * 8));
     static final int QK = 32;
     static final int BYTES = 18;
 
@@ -36,12 +46,14 @@ public final class Q4_0Quantizer implements Quantizer {
             int o = k * BYTES + 2;
             float d = Blocks.fp16(b, o - 2);
             int base = dstOffset + k * QK;
-            // Two plain loops (low nibbles, then high nibbles) so C2 can vectorize each.
-            for (int j = 0; j < 16; j++) {
-                dst[base + j] = ((b[o + j] & 0x0F) - 8) * d;
-            }
-            for (int j = 0; j < 16; j++) {
-                dst[base + 16 + j] = (((b[o + j] >> 4) & 0x0F) - 8) * d;
+            for (int j = 0; j < 16; j += FLOATS.length()) {
+                ByteVector q = ByteVector.fromArray(BYTES_PER_LANE, b, o + j);
+                FloatVector lo = (FloatVector) q.and((byte) 0x0F).sub((byte) 8)
+                        .convertShape(VectorOperators.B2F, FLOATS, 0);
+                FloatVector hi = (FloatVector) q.lanewise(VectorOperators.LSHR, 4).and((byte) 0x0F).sub((byte) 8)
+                        .convertShape(VectorOperators.B2F, FLOATS, 0);
+                lo.mul(d).intoArray(dst, base + j);
+                hi.mul(d).intoArray(dst, base + 16 + j);
             }
         }
     }

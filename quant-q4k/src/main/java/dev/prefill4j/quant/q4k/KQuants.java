@@ -2,6 +2,9 @@ package dev.prefill4j.quant.q4k;
 
 import dev.prefill4j.api.spi.Blocks;
 import java.lang.foreign.MemorySegment;
+import jdk.incubator.vector.FloatVector;
+import jdk.incubator.vector.VectorShape;
+import jdk.incubator.vector.VectorSpecies;
 
 /**
  * The scale searches of ggml's K-quant reference quantizers (ggml-quants.c {@code make_qkx2_quants},
@@ -9,6 +12,12 @@ import java.lang.foreign.MemorySegment;
  * bytes — match llama-quantize's.
  */
 final class KQuants {
+    /** Float lanes of the decoders, at most 16; bytes in vectors with as many lanes. */
+    static final VectorSpecies<Float> FLOATS = FloatVector.SPECIES_PREFERRED.length() > 16
+            ? FloatVector.SPECIES_512 : FloatVector.SPECIES_PREFERRED;
+    static final VectorSpecies<Byte> BYTES_PER_LANE =
+            VectorSpecies.of(byte.class, VectorShape.forBitSize(FLOATS.length() * 8));
+
     private KQuants() {
     }
 

@@ -5,6 +5,9 @@ import dev.prefill4j.api.spi.Blocks;
 import dev.prefill4j.api.spi.Quantizer;
 import java.lang.foreign.MemorySegment;
 import java.util.OptionalInt;
+import jdk.incubator.vector.ByteVector;
+import jdk.incubator.vector.FloatVector;
+import jdk.incubator.vector.VectorOperators;
 
 /**
  * GGUF Q4_K (type 12): 256 weights in 144 bytes: {@code d} fp16 at 0, {@code dmin} fp16 at 2, twelve bytes of
@@ -45,11 +48,13 @@ public final class Q4KQuantizer implements Quantizer {
                 float m2 = dmin * KQuants.min(staged, o, 2 * c + 1);
                 int q = o + 16 + 32 * c;
                 int y = base + 64 * c;
-                for (int l = 0; l < 32; l++) {
-                    dst[y + l] = d1 * (b[q + l] & 0x0F) - m1;
-                }
-                for (int l = 0; l < 32; l++) {
-                    dst[y + 32 + l] = d2 * ((b[q + l] >> 4) & 0x0F) - m2;
+                for (int l = 0; l < 32; l += KQuants.FLOATS.length()) {
+                    ByteVector v = ByteVector.fromArray(KQuants.BYTES_PER_LANE, b, q + l);
+                    ((FloatVector) v.and((byte) 0x0F).convertShape(VectorOperators.B2F, KQuants.FLOATS, 0))
+                            .mul(d1).sub(m1).intoArray(dst, y + l);
+                    ((FloatVector) v.lanewise(VectorOperators.LSHR, 4).and((byte) 0x0F)
+                            .convertShape(VectorOperators.B2F, KQuants.FLOATS, 0))
+                            .mul(d2).sub(m2).intoArray(dst, y + 32 + l);
                 }
             }
         }

@@ -5,6 +5,9 @@ import dev.prefill4j.api.spi.Blocks;
 import dev.prefill4j.api.spi.Quantizer;
 import java.lang.foreign.MemorySegment;
 import java.util.OptionalInt;
+import jdk.incubator.vector.ByteVector;
+import jdk.incubator.vector.FloatVector;
+import jdk.incubator.vector.VectorOperators;
 
 /**
  * GGUF Q6_K (type 14): 256 weights in 210 bytes: {@code ql[128]} low nibbles at 0, {@code qh[64]} high 2-bit pairs
@@ -53,16 +56,29 @@ public final class Q6KQuantizer implements Quantizer {
                 int qh = o + 128 + 32 * h;
                 int sc = o + 192 + 8 * h;
                 int y = dstOffset + k * QK + 128 * h;
-                for (int l = 0; l < 32; l++) {
+                // Lanes never straddle the 16-element scale groups: at most 16 lanes, starting at multiples of them.
+                for (int l = 0; l < 32; l += KQuants.FLOATS.length()) {
                     int is = l / 16;
-                    int hb = b[qh + l] & 0xFF;
-                    dst[y + l] = d * b[sc + is] * (((b[ql + l] & 0x0F) | ((hb & 3) << 4)) - 32);
-                    dst[y + l + 32] = d * b[sc + is + 2] * (((b[ql + l + 32] & 0x0F) | (((hb >> 2) & 3) << 4)) - 32);
-                    dst[y + l + 64] = d * b[sc + is + 4] * ((((b[ql + l] >> 4) & 0x0F) | (((hb >> 4) & 3) << 4)) - 32);
-                    dst[y + l + 96] = d * b[sc + is + 6] * ((((b[ql + l + 32] >> 4) & 0x0F) | (((hb >> 6) & 3) << 4)) - 32);
+                    ByteVector lo = ByteVector.fromArray(KQuants.BYTES_PER_LANE, b, ql + l);
+                    ByteVector lo2 = ByteVector.fromArray(KQuants.BYTES_PER_LANE, b, ql + l + 32);
+                    ByteVector hb = ByteVector.fromArray(KQuants.BYTES_PER_LANE, b, qh + l);
+                    store(lo.and((byte) 0x0F).or(hb.and((byte) 3).lanewise(VectorOperators.LSHL, 4)),
+                            d * b[sc + is], dst, y + l);
+                    store(lo2.and((byte) 0x0F).or(hb.lanewise(VectorOperators.LSHR, 2).and((byte) 3)
+                            .lanewise(VectorOperators.LSHL, 4)), d * b[sc + is + 2], dst, y + l + 32);
+                    store(lo.lanewise(VectorOperators.LSHR, 4).and((byte) 0x0F).or(hb.lanewise(VectorOperators.LSHR, 4)
+                            .and((byte) 3).lanewise(VectorOperators.LSHL, 4)), d * b[sc + is + 4], dst, y + l + 64);
+                    store(lo2.lanewise(VectorOperators.LSHR, 4).and((byte) 0x0F).or(hb.lanewise(VectorOperators.LSHR, 6)
+                            .and((byte) 3).lanewise(VectorOperators.LSHL, 4)), d * b[sc + is + 6], dst, y + l + 96);
                 }
             }
         }
+    }
+
+    /** Levels 0..63 in {@code q}: {@code (q - 32) * scale} as floats at {@code dst[at..]}. */
+    private static void store(ByteVector q, float scale, float[] dst, int at) {
+        ((FloatVector) q.sub((byte) 32).convertShape(VectorOperators.B2F, KQuants.FLOATS, 0)).mul(scale)
+                .intoArray(dst, at);
     }
 
     @Override
