@@ -1,5 +1,6 @@
 package dev.prefill4j.cli;
 
+import dev.prefill4j.api.PrefillException;
 import dev.prefill4j.engine.gguf.GgufFile;
 import dev.prefill4j.engine.quantize.ModelQuantizer;
 import dev.prefill4j.engine.registry.PluginRegistry;
@@ -32,6 +33,11 @@ final class QuantizeCommand implements Callable<Integer> {
     @Option(names = "--pure", description = "No mixtures: every 2-D weight in the base type (shape fallbacks still apply).")
     boolean pure;
 
+    @Option(names = "--ternary", paramLabel = "METHOD", defaultValue = "absmax",
+            description = "For tq1_0/tq2_0: absmax (llama.cpp: per-256-block scale max|x|) or absmean (BitNet b1.58 "
+                    + "paper: per-tensor scale mean|W|, for models trained for ternary weights) (default: ${DEFAULT-VALUE}).")
+    String ternary;
+
     @Option(names = "--verbose", description = "Print stack traces.")
     boolean verbose;
 
@@ -42,7 +48,11 @@ final class QuantizeCommand implements Callable<Integer> {
         Progress progress = new Progress("quantizing to " + ft.name());
         List<ModelQuantizer.Choice> plan;
         try (GgufFile in = GgufFile.open(input)) {
-            plan = ModelQuantizer.quantize(in, ft, pure, registry, output, progress);
+            if (!ternary.equals("absmax") && !ternary.equals("absmean")) {
+                throw new PrefillException(PrefillException.Code.ARGUMENT, "--ternary must be absmax or absmean, got '"
+                        + ternary + "'");
+            }
+            plan = ModelQuantizer.quantize(in, ft, pure, ternary.equals("absmean"), registry, output, progress);
         }
         progress.done();
         Map<String, Integer> counts = new TreeMap<>();

@@ -87,6 +87,58 @@ class QuantizeTest {
         }
     }
 
+    /**
+     * The absmean ternary quantizer on a random matrix: a 256x1024 Gaussian tensor written as TQ2_0. Every decoded
+     * weight is exactly -γ, 0 or +γ with γ = mean|W| (fp16-rounded), and the relative RMS error is as measured
+     * (seed 11): 0.514 with absmean; 0.805 with llama.cpp's per-block absmax scale (d = max|x|, about 3σ here, so most
+     * weights round to 0). Bounds: ±0.02 around those values.
+     */
+    @Test
+    void absmeanTernaryErrorOnARandomMatrix() throws Exception {
+        int rows = 256;
+        int cols = 1024;
+        java.util.SplittableRandom rnd = new java.util.SplittableRandom(11);
+        float[] w = new float[rows * cols];
+        for (int i = 0; i < w.length; i++) {
+            w[i] = (float) rnd.nextGaussian();
+        }
+        Path in = dir.resolve("gauss.gguf");
+        new dev.prefill4j.engine.gguf.GgufWriter().put("general.architecture", dev.prefill4j.engine.gguf.GgufValue.string("none"))
+                .tensor("m.weight", new long[] {cols, rows}, dev.prefill4j.engine.gguf.GgmlType.byName("F32").orElseThrow(),
+                        dst -> java.lang.foreign.MemorySegment.copy(w, 0, dst, dev.prefill4j.api.spi.Blocks.F32, 0, w.length))
+                .write(in);
+        double[] errors = new double[2];
+        for (int mode = 0; mode < 2; mode++) {
+            Path out = dir.resolve("t" + mode + ".gguf");
+            try (GgufFile f = GgufFile.open(in)) {
+                ModelQuantizer.quantize(f, ModelQuantizer.FileType.parse("tq2_0"), true, mode == 1, PluginRegistry.load(), out, null);
+            }
+            try (GgufFile f = GgufFile.open(out)) {
+                GgufTensor t = f.tensor("m.weight").orElseThrow();
+                float[] y = new float[w.length];
+                var q = PluginRegistry.load().requireFormat(t.type(), t.name());
+                q.decode(t.data(), 0, y, 0, y.length);
+                double se = 0;
+                double ss = 0;
+                double gamma = 0;
+                for (float v : w) {
+                    gamma += Math.abs(v);
+                }
+                gamma = Float.float16ToFloat(Float.floatToFloat16((float) (gamma / w.length)));
+                for (int i = 0; i < w.length; i++) {
+                    se += (y[i] - w[i]) * (double) (y[i] - w[i]);
+                    ss += (double) w[i] * w[i];
+                    if (mode == 1) {
+                        assertTrue(y[i] == 0 || Math.abs(Math.abs(y[i]) - gamma) < 1e-6, "value " + y[i] + " vs gamma " + gamma);
+                    }
+                }
+                errors[mode] = Math.sqrt(se / ss);
+            }
+        }
+        assertTrue(Math.abs(errors[1] - 0.514) < 0.02, "absmean relative RMS error " + errors[1]);
+        assertTrue(Math.abs(errors[0] - 0.805) < 0.02, "absmax relative RMS error " + errors[0]);
+    }
+
     /** The third-party example format runs a whole model: tiny-256 quantized to Q4_1 against the FP64 reference. */
     @Test
     void aModelInTheExampleFormatRuns() {

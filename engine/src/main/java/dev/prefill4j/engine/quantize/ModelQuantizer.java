@@ -161,6 +161,19 @@ public final class ModelQuantizer {
         return out;
     }
 
+    /** {@code max(1e-5, mean|W|)} over a whole tensor, in double. */
+    static float absMean(GgufTensor t, Quantizer format, int cols, int rows) {
+        double sum = 0;
+        float[] row = new float[cols];
+        for (int r = 0; r < rows; r++) {
+            format.decode(t.data(), format.byteSize(cols) * r, row, 0, cols);
+            for (float v : row) {
+                sum += Math.abs(v);
+            }
+        }
+        return (float) Math.max(1e-5, sum / ((double) rows * cols));
+    }
+
     /**
      * Quantizes {@code model} into a new GGUF file.
      *
@@ -175,6 +188,29 @@ public final class ModelQuantizer {
      */
     public static List<Choice> quantize(GgufContent model, FileType type, boolean pure, PluginRegistry registry,
                                         Path output, DoubleConsumer progress) {
+        return quantize(model, type, pure, false, registry, output, progress);
+    }
+
+    /**
+     * Quantizes {@code model} into a new GGUF file, optionally with the BitNet b1.58 absmean ternary quantizer.
+     *
+     * <p>With {@code absmean}, every tensor going to TQ1_0 or TQ2_0 is first made ternary as the BitNet b1.58 paper
+     * does for a model trained for it (FORMATS.md §6.4): {@code γ = mean|W|} over the whole tensor (at least 1e-5),
+     * {@code W' = clamp(round(W / γ), -1, 1) * γ} (round half to even); the format's encoder then stores exactly these
+     * trits with {@code d = γ} in every block that has a non-zero trit. Without it, each 256-block gets
+     * {@code d = max|x|}, llama.cpp's choice.
+     *
+     * @param model    the input
+     * @param type     the file type
+     * @param pure     skip the mixture rules
+     * @param absmean  use the absmean ternary quantizer for ternary targets
+     * @param registry where the formats come from
+     * @param output   the file to write
+     * @param progress fraction done, or {@code null}
+     * @return the choices made
+     */
+    public static List<Choice> quantize(GgufContent model, FileType type, boolean pure, boolean absmean,
+                                        PluginRegistry registry, Path output, DoubleConsumer progress) {
         List<Choice> plan = plan(model, type, pure);
         GgufWriter w = new GgufWriter().putAll(model);
         w.put("general.quantization_version", GgufValue.u32(2));
@@ -191,6 +227,7 @@ public final class ModelQuantizer {
                             + " a format that"));
             int cols = (int) t.ne()[0];
             int rows = (int) t.rows();
+            float gamma = absmean && c.target().name().startsWith("TQ") ? absMean(t, from, cols, rows) : Float.NaN;
             w.tensor(c.name(), t.ne(), c.target(), dst -> {
                 if (from == to) {
                     java.lang.foreign.MemorySegment.copy(t.data(), 0, dst, 0, dst.byteSize());
@@ -200,6 +237,11 @@ public final class ModelQuantizer {
                     IntStream.range(0, rows).parallel().forEach(r -> {
                         float[] row = new float[cols];
                         from.decode(t.data(), inRow * r, row, 0, cols);
+                        if (!Float.isNaN(gamma)) {
+                            for (int i = 0; i < cols; i++) {
+                                row[i] = Math.max(-1, Math.min(1, (float) Math.rint(row[i] / gamma))) * gamma;
+                            }
+                        }
                         to.encode(row, 0, cols, dst, outRow * r);
                     });
                 }
