@@ -43,6 +43,10 @@ final class EngineOptions {
     @Option(names = "--kv", paramLabel = "ID", description = "KV store id (default: memory).")
     String kv;
 
+    @Option(names = "--kv-dir", paramLabel = "DIR",
+            description = "Directory for the ssd KV store's file (with --kv ssd); it must support direct I/O.")
+    java.nio.file.Path kvDir;
+
     @Option(names = "--kv-type", paramLabel = "TYPE", defaultValue = "f16",
             description = "KV cache element type: f32, f16 or q8_0 (default: ${DEFAULT-VALUE}).")
     String kvType;
@@ -72,7 +76,8 @@ final class EngineOptions {
             default -> throw new PrefillException(PrefillException.Code.ARGUMENT,
                     "unknown --activations '" + activations + "'; use f32 or quantized");
         };
-        return SessionOptions.defaults().withKvType(kvElementType()).withContextLength(ctx).withActivations(mode);
+        SessionOptions o = SessionOptions.defaults().withKvType(kvElementType()).withContextLength(ctx).withActivations(mode);
+        return kvDir == null ? o : o.withKvOptions(java.util.Map.of("dir", kvDir.toString()));
     }
 
     Engine openEngine() {

@@ -62,6 +62,16 @@ public record SessionOptions(KVElementType kvType, int contextLength, int chunkS
         return new SessionOptions(kvType, n, chunkSize, pageSize, kvOptions, activations);
     }
 
+    /** {@return a copy with other KV store options} @param options e.g. {@code dir} for the ssd store */
+    public SessionOptions withKvOptions(Map<String, String> options) {
+        return new SessionOptions(kvType, contextLength, chunkSize, pageSize, options, activations);
+    }
+
+    /** {@return a copy with another page size} @param positions positions per KV page */
+    public SessionOptions withPageSize(int positions) {
+        return new SessionOptions(kvType, contextLength, chunkSize, positions, kvOptions, activations);
+    }
+
     /** {@return a copy with another activation mode} @param mode the mode */
     public SessionOptions withActivations(Activations mode) {
         return new SessionOptions(kvType, contextLength, chunkSize, pageSize, kvOptions, mode);

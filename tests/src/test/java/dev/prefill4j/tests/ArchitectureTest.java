@@ -27,7 +27,7 @@ class ArchitectureTest {
                 .importPaths(root.resolve("core-api/target/classes"), root.resolve("engine/target/classes"),
                         root.resolve("backend-cpu/target/classes"), root.resolve("cli/target/classes"),
                         root.resolve("quant-q4_0/target/classes"), root.resolve("quant-q4k/target/classes"),
-                        root.resolve("quant-bitnet/target/classes"),
+                        root.resolve("quant-bitnet/target/classes"), root.resolve("kvstore-ssd/target/classes"),
                         root.resolve("examples/custom-format/target/classes"));
     }
 

@@ -7,7 +7,8 @@ import dev.prefill4j.api.Api;
  *
  * <p>Positions are appended in order, layer by layer: a forward pass over positions {@code [p, p+n)} appends
  * them to layer 0, reads layer 0's pages, then layer 1, and so on. {@link #truncate} drops positions (used when
- * draft tokens are rejected). Not thread-safe: one session uses it at a time.
+ * draft tokens are rejected). One session uses a cache at a time; {@link #page} alone may be called by several
+ * attention threads at once.
  *
  * @since 0.1
  */
