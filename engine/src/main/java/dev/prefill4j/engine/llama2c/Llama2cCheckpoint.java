@@ -3,9 +3,9 @@ package dev.prefill4j.engine.llama2c;
 import dev.prefill4j.api.Api;
 import dev.prefill4j.api.PrefillException;
 import dev.prefill4j.engine.gguf.GgmlType;
-import dev.prefill4j.engine.gguf.GgufContent;
 import dev.prefill4j.engine.gguf.GgufTensor;
 import dev.prefill4j.engine.gguf.GgufValue;
+import dev.prefill4j.engine.gguf.OwnedGgufContent;
 import dev.prefill4j.engine.gguf.ValueType;
 import java.io.IOException;
 import java.lang.foreign.Arena;
@@ -18,7 +18,6 @@ import java.nio.file.Files;
 import java.nio.file.Path;
 import java.nio.file.StandardOpenOption;
 import java.util.ArrayList;
-import java.util.Collections;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
@@ -33,22 +32,15 @@ import java.util.Map;
  * @since 0.1
  */
 @Api.Stable
-public final class Llama2cCheckpoint implements GgufContent, AutoCloseable {
+public final class Llama2cCheckpoint extends OwnedGgufContent {
     private static final ValueLayout.OfInt I32 = ValueLayout.JAVA_INT_UNALIGNED.withOrder(ByteOrder.LITTLE_ENDIAN);
     private static final ValueLayout.OfFloat F32 = ValueLayout.JAVA_FLOAT_UNALIGNED.withOrder(ByteOrder.LITTLE_ENDIAN);
     private static final int HEADER_BYTES = 7 * 4;
     private static final GgmlType F32_TYPE = GgmlType.byId(0).orElseThrow();
 
-    private final Path path;
-    private final Arena arena;
-    private final Map<String, GgufValue> metadata;
-    private final List<GgufTensor> tensors;
 
     private Llama2cCheckpoint(Path path, Arena arena, Map<String, GgufValue> metadata, List<GgufTensor> tensors) {
-        this.path = path;
-        this.arena = arena;
-        this.metadata = Collections.unmodifiableMap(metadata);
-        this.tensors = List.copyOf(tensors);
+        super(path.toString(), arena, metadata, tensors);
     }
 
     /**
@@ -205,25 +197,5 @@ public final class Llama2cCheckpoint implements GgufContent, AutoCloseable {
 
     private static PrefillException fail(Path file, String problem) {
         return new PrefillException(PrefillException.Code.MODEL_FORMAT, file + ": " + problem);
-    }
-
-    @Override
-    public String source() {
-        return path.toString();
-    }
-
-    @Override
-    public Map<String, GgufValue> metadata() {
-        return metadata;
-    }
-
-    @Override
-    public List<GgufTensor> tensors() {
-        return tensors;
-    }
-
-    @Override
-    public void close() {
-        arena.close();
     }
 }

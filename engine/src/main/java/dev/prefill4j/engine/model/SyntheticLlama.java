@@ -4,14 +4,13 @@ import dev.prefill4j.api.Api;
 import dev.prefill4j.api.spi.Quantizer;
 import dev.prefill4j.api.PrefillException;
 import dev.prefill4j.engine.gguf.GgmlType;
-import dev.prefill4j.engine.gguf.GgufContent;
 import dev.prefill4j.engine.gguf.GgufTensor;
 import dev.prefill4j.engine.gguf.GgufValue;
+import dev.prefill4j.engine.gguf.OwnedGgufContent;
 import dev.prefill4j.engine.gguf.ValueType;
 import java.lang.foreign.Arena;
 import java.lang.foreign.MemorySegment;
 import java.util.ArrayList;
-import java.util.Collections;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Locale;
@@ -35,7 +34,7 @@ import java.util.stream.IntStream;
  * @since 0.1
  */
 @Api.Stable
-public final class SyntheticLlama implements GgufContent, AutoCloseable {
+public final class SyntheticLlama extends OwnedGgufContent {
     /** The geometries {@code synth --shape} offers. @since 0.1 */
     @Api.Stable
     public enum Shape {
@@ -89,16 +88,9 @@ public final class SyntheticLlama implements GgufContent, AutoCloseable {
         }
     }
 
-    private final String source;
-    private final Arena arena;
-    private final Map<String, GgufValue> metadata;
-    private final List<GgufTensor> tensors;
 
     private SyntheticLlama(String source, Arena arena, Map<String, GgufValue> metadata, List<GgufTensor> tensors) {
-        this.source = source;
-        this.arena = arena;
-        this.metadata = Collections.unmodifiableMap(metadata);
-        this.tensors = List.copyOf(tensors);
+        super(source, arena, metadata, tensors);
     }
 
     /**
@@ -278,25 +270,5 @@ public final class SyntheticLlama implements GgufContent, AutoCloseable {
         md.put("tokenizer.ggml.unknown_token_id", GgufValue.u32(0));
         md.put("tokenizer.ggml.add_bos_token", GgufValue.bool(true));
         md.put("tokenizer.ggml.add_eos_token", GgufValue.bool(false));
-    }
-
-    @Override
-    public String source() {
-        return source;
-    }
-
-    @Override
-    public Map<String, GgufValue> metadata() {
-        return metadata;
-    }
-
-    @Override
-    public List<GgufTensor> tensors() {
-        return tensors;
-    }
-
-    @Override
-    public void close() {
-        arena.close();
     }
 }

@@ -63,16 +63,7 @@ public final class Q4_0Quantizer implements Quantizer {
         Blocks.checkCount(count, QK, id());
         for (int b = 0; b < count / QK; b++) {
             int base = srcOffset + b * QK;
-            float amax = 0;
-            float max = 0;
-            for (int j = 0; j < QK; j++) {
-                float v = src[base + j];
-                if (amax < Math.abs(v)) {
-                    amax = Math.abs(v);
-                    max = v;
-                }
-            }
-            float d = max / -8f;
+            float d = signedAbsMax(src, base) / -8f;
             float id = d != 0 ? 1f / d : 0f;
             long o = offset + (long) b * BYTES;
             Blocks.fp16(dst, o, d);
@@ -100,5 +91,19 @@ public final class Q4_0Quantizer implements Quantizer {
             sum += s * Blocks.fp16(src, o);
         }
         return sum;
+    }
+
+    /** The value of largest magnitude in a 32-element block, sign kept; the first wins ties (ggml's scan order). */
+    static float signedAbsMax(float[] src, int base) {
+        float amax = 0;
+        float max = 0;
+        for (int j = 0; j < QK; j++) {
+            float v = src[base + j];
+            if (amax < Math.abs(v)) {
+                amax = Math.abs(v);
+                max = v;
+            }
+        }
+        return max;
     }
 }

@@ -46,16 +46,7 @@ public final class Q5_0Quantizer implements Quantizer {
         Blocks.checkCount(count, QK, id());
         for (int b = 0; b < count / QK; b++) {
             int base = srcOffset + b * QK;
-            float amax = 0;
-            float max = 0;
-            for (int j = 0; j < QK; j++) {
-                float v = src[base + j];
-                if (amax < Math.abs(v)) {
-                    amax = Math.abs(v);
-                    max = v;
-                }
-            }
-            float d = max / -16f;
+            float d = Q4_0Quantizer.signedAbsMax(src, base) / -16f;
             float id = d != 0 ? 1f / d : 0f;
             long o = offset + (long) b * BYTES;
             Blocks.fp16(dst, o, d);
