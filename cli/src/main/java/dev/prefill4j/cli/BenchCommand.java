@@ -51,7 +51,7 @@ final class BenchCommand implements Callable<Integer> {
             description = "Timed repetitions per test, after one warm-up (default: ${DEFAULT-VALUE}).")
     int reps;
 
-    @Option(names = "--verify-tokens", paramLabel = "N", defaultValue = "6",
+    @Option(names = "--verify-tokens", paramLabel = "N", defaultValue = "7",
             description = "Prompt length of the FP64 reference check; 0 skips it (label NOT VERIFIED) (default: ${DEFAULT-VALUE}).")
     int verifyTokens;
 

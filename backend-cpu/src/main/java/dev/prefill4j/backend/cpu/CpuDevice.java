@@ -84,6 +84,11 @@ final class CpuDevice implements ComputeDevice {
 
     @Override
     public void matmul(WeightMatrix w, float[] x, int rows, float[] out) {
+        int panel = 4 * VectorOps.FLOATS.length();
+        if (rows >= 6 && w.rows() % panel == 0) {
+            matmulPanels(w, x, rows, out, panel);
+            return;
+        }
         int n = w.rows();
         int k = w.cols();
         long rowBytes = w.rowBytes();
@@ -146,6 +151,36 @@ final class CpuDevice implements ComputeDevice {
                 for (int o = o0; o < o1; o++) {
                     out[r * n + o] = VectorOps.dotExact(buf, (o - o0) * k, x, r * k, k, lanes);
                 }
+            }
+        });
+    }
+
+    /**
+     * Prefill GEMM: tasks are panels of {@code panel} outputs; a task decodes its weight rows once, transposes them
+     * into a K-major panel that stays in L2, and runs every group of six activation rows over it with
+     * {@link VectorOps#kernel6x4}; leftover rows use {@link VectorOps#kernel1x4}.
+     */
+    private void matmulPanels(WeightMatrix w, float[] x, int rows, float[] out, int panel) {
+        int n = w.rows();
+        int k = w.cols();
+        long rowBytes = w.rowBytes();
+        int panels = n / panel;
+        parallelFor(panels, pi -> {
+            int o0 = pi * panel;
+            float[] rowBuf = buffer(k + panel * k);
+            int wt = k; // the transposed panel follows the row buffer
+            for (int i = 0; i < panel; i++) {
+                w.format().decode(w.data(), rowBytes * (o0 + i), rowBuf, 0, k);
+                for (int t = 0; t < k; t++) {
+                    rowBuf[wt + t * panel + i] = rowBuf[t];
+                }
+            }
+            int r = 0;
+            for (; r + 6 <= rows; r += 6) {
+                VectorOps.kernel6x4(rowBuf, wt, k, x, r * k, k, out, r * n + o0, n);
+            }
+            for (; r < rows; r++) {
+                VectorOps.kernel1x4(rowBuf, wt, k, x, r * k, out, r * n + o0);
             }
         });
     }

@@ -105,6 +105,104 @@ final class VectorOps {
         out[o3 + 3] = finish(a33, w, wo + 3 * n, x, xo + 3 * n, i, n, lanes);
     }
 
+    /**
+     * The prefill micro-kernel over a transposed weight panel {@code wt[wo + t * 4L + i]} (K-major, four vectors of
+     * outputs wide): six activation rows times four vectors of outputs, 24 accumulators in registers, no horizontal
+     * sums; each step loads 4 weight vectors and 6 activations for 24 FMAs. Each output is accumulated over k in order
+     * with FMA, so results do not depend on the JIT. Writes {@code out[oo + j * outStride + i]}, j &lt; 6, i &lt; 4L.
+     */
+    static void kernel6x4(float[] wt, int wo, int k, float[] x, int xo, int xStride, float[] out, int oo,
+                          int outStride) {
+        int l = FLOATS.length();
+        int stride = 4 * l;
+        FloatVector c00 = FloatVector.zero(FLOATS), c01 = FloatVector.zero(FLOATS), c02 = FloatVector.zero(FLOATS), c03 = FloatVector.zero(FLOATS);
+        FloatVector c10 = FloatVector.zero(FLOATS), c11 = FloatVector.zero(FLOATS), c12 = FloatVector.zero(FLOATS), c13 = FloatVector.zero(FLOATS);
+        FloatVector c20 = FloatVector.zero(FLOATS), c21 = FloatVector.zero(FLOATS), c22 = FloatVector.zero(FLOATS), c23 = FloatVector.zero(FLOATS);
+        FloatVector c30 = FloatVector.zero(FLOATS), c31 = FloatVector.zero(FLOATS), c32 = FloatVector.zero(FLOATS), c33 = FloatVector.zero(FLOATS);
+        FloatVector c40 = FloatVector.zero(FLOATS), c41 = FloatVector.zero(FLOATS), c42 = FloatVector.zero(FLOATS), c43 = FloatVector.zero(FLOATS);
+        FloatVector c50 = FloatVector.zero(FLOATS), c51 = FloatVector.zero(FLOATS), c52 = FloatVector.zero(FLOATS), c53 = FloatVector.zero(FLOATS);
+        for (int t = 0; t < k; t++) {
+            int w = wo + t * stride;
+            FloatVector w0 = FloatVector.fromArray(FLOATS, wt, w);
+            FloatVector w1 = FloatVector.fromArray(FLOATS, wt, w + l);
+            FloatVector w2 = FloatVector.fromArray(FLOATS, wt, w + 2 * l);
+            FloatVector w3 = FloatVector.fromArray(FLOATS, wt, w + 3 * l);
+            FloatVector x0 = FloatVector.broadcast(FLOATS, x[xo + 0 * xStride + t]);
+            c00 = w0.fma(x0, c00);
+            c01 = w1.fma(x0, c01);
+            c02 = w2.fma(x0, c02);
+            c03 = w3.fma(x0, c03);
+            FloatVector x1 = FloatVector.broadcast(FLOATS, x[xo + 1 * xStride + t]);
+            c10 = w0.fma(x1, c10);
+            c11 = w1.fma(x1, c11);
+            c12 = w2.fma(x1, c12);
+            c13 = w3.fma(x1, c13);
+            FloatVector x2 = FloatVector.broadcast(FLOATS, x[xo + 2 * xStride + t]);
+            c20 = w0.fma(x2, c20);
+            c21 = w1.fma(x2, c21);
+            c22 = w2.fma(x2, c22);
+            c23 = w3.fma(x2, c23);
+            FloatVector x3 = FloatVector.broadcast(FLOATS, x[xo + 3 * xStride + t]);
+            c30 = w0.fma(x3, c30);
+            c31 = w1.fma(x3, c31);
+            c32 = w2.fma(x3, c32);
+            c33 = w3.fma(x3, c33);
+            FloatVector x4 = FloatVector.broadcast(FLOATS, x[xo + 4 * xStride + t]);
+            c40 = w0.fma(x4, c40);
+            c41 = w1.fma(x4, c41);
+            c42 = w2.fma(x4, c42);
+            c43 = w3.fma(x4, c43);
+            FloatVector x5 = FloatVector.broadcast(FLOATS, x[xo + 5 * xStride + t]);
+            c50 = w0.fma(x5, c50);
+            c51 = w1.fma(x5, c51);
+            c52 = w2.fma(x5, c52);
+            c53 = w3.fma(x5, c53);
+        }
+        c00.intoArray(out, oo + 0 * outStride + 0 * l);
+        c01.intoArray(out, oo + 0 * outStride + 1 * l);
+        c02.intoArray(out, oo + 0 * outStride + 2 * l);
+        c03.intoArray(out, oo + 0 * outStride + 3 * l);
+        c10.intoArray(out, oo + 1 * outStride + 0 * l);
+        c11.intoArray(out, oo + 1 * outStride + 1 * l);
+        c12.intoArray(out, oo + 1 * outStride + 2 * l);
+        c13.intoArray(out, oo + 1 * outStride + 3 * l);
+        c20.intoArray(out, oo + 2 * outStride + 0 * l);
+        c21.intoArray(out, oo + 2 * outStride + 1 * l);
+        c22.intoArray(out, oo + 2 * outStride + 2 * l);
+        c23.intoArray(out, oo + 2 * outStride + 3 * l);
+        c30.intoArray(out, oo + 3 * outStride + 0 * l);
+        c31.intoArray(out, oo + 3 * outStride + 1 * l);
+        c32.intoArray(out, oo + 3 * outStride + 2 * l);
+        c33.intoArray(out, oo + 3 * outStride + 3 * l);
+        c40.intoArray(out, oo + 4 * outStride + 0 * l);
+        c41.intoArray(out, oo + 4 * outStride + 1 * l);
+        c42.intoArray(out, oo + 4 * outStride + 2 * l);
+        c43.intoArray(out, oo + 4 * outStride + 3 * l);
+        c50.intoArray(out, oo + 5 * outStride + 0 * l);
+        c51.intoArray(out, oo + 5 * outStride + 1 * l);
+        c52.intoArray(out, oo + 5 * outStride + 2 * l);
+        c53.intoArray(out, oo + 5 * outStride + 3 * l);
+    }
+
+    /** One activation row against a transposed panel of four vectors of outputs (the leftover rows of a block). */
+    static void kernel1x4(float[] wt, int wo, int k, float[] x, int xo, float[] out, int oo) {
+        int l = FLOATS.length();
+        int stride = 4 * l;
+        FloatVector c0 = FloatVector.zero(FLOATS), c1 = c0, c2 = c0, c3 = c0;
+        for (int t = 0; t < k; t++) {
+            int w = wo + t * stride;
+            FloatVector xv = FloatVector.broadcast(FLOATS, x[xo + t]);
+            c0 = FloatVector.fromArray(FLOATS, wt, w).fma(xv, c0);
+            c1 = FloatVector.fromArray(FLOATS, wt, w + l).fma(xv, c1);
+            c2 = FloatVector.fromArray(FLOATS, wt, w + 2 * l).fma(xv, c2);
+            c3 = FloatVector.fromArray(FLOATS, wt, w + 3 * l).fma(xv, c3);
+        }
+        c0.intoArray(out, oo);
+        c1.intoArray(out, oo + l);
+        c2.intoArray(out, oo + 2 * l);
+        c3.intoArray(out, oo + 3 * l);
+    }
+
     /** Lane sum of {@code acc} plus the scalar tail {@code [from, n)} of one dot product. */
     private static float finish(FloatVector acc, float[] w, int wo, float[] x, int xo, int from, int n, float[] lanes) {
         float s = sum(acc, lanes);
@@ -167,16 +265,28 @@ final class VectorOps {
         out[oo + 3] = s3;
     }
 
-    /** {@code acc[ao+i] = acc[ao+i] * scale + weight * v[vo+i]}. */
-    static void scaleAdd(float[] acc, int ao, float scale, float weight, float[] v, int vo, int n) {
+    /** {@code y[yo+i] += a * x[xo+i]} for {@code i < n}. */
+    static void axpy(float a, float[] x, int xo, float[] y, int yo, int n) {
+        int i = 0;
+        int bound = FLOATS.loopBound(n);
+        FloatVector av = FloatVector.broadcast(FLOATS, a);
+        for (; i < bound; i += FLOATS.length()) {
+            FloatVector.fromArray(FLOATS, x, xo + i).fma(av, FloatVector.fromArray(FLOATS, y, yo + i)).intoArray(y, yo + i);
+        }
+        for (; i < n; i++) {
+            y[yo + i] = Math.fma(a, x[xo + i], y[yo + i]);
+        }
+    }
+
+    /** {@code y[yo+i] *= a} for {@code i < n}. */
+    static void scale(float[] y, int yo, float a, int n) {
         int i = 0;
         int bound = FLOATS.loopBound(n);
         for (; i < bound; i += FLOATS.length()) {
-            FloatVector.fromArray(FLOATS, v, vo + i).mul(weight)
-                    .add(FloatVector.fromArray(FLOATS, acc, ao + i).mul(scale)).intoArray(acc, ao + i);
+            FloatVector.fromArray(FLOATS, y, yo + i).mul(a).intoArray(y, yo + i);
         }
         for (; i < n; i++) {
-            acc[ao + i] = acc[ao + i] * scale + weight * v[vo + i];
+            y[yo + i] *= a;
         }
     }
 
