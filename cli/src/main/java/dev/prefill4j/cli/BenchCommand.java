@@ -34,7 +34,8 @@ import picocli.CommandLine.Option;
                 + "deviation and median, achieved GFLOP/s against this machine's measured FP32 FMA peak, bytes read per "
                 + "decoded token against measured read bandwidth, peak resident memory, and whether the configuration "
                 + "matches the scalar FP64 reference on a short prompt.",
-                "Without -m it benchmarks a synthetic model the engine generates in memory."})
+                "Without -m it benchmarks a synthetic model the engine generates in memory: by default the "
+                + "Llama-3.2-1B geometry in Q4_0 (--synthetic llama-1b --type q4_0; about 20 s to generate)."})
 final class BenchCommand implements Callable<Integer> {
     @Mixin
     EngineOptions engine;
@@ -58,11 +59,22 @@ final class BenchCommand implements Callable<Integer> {
     @Option(names = "--json", description = "Print JSON.")
     boolean json;
 
+    @picocli.CommandLine.Spec
+    picocli.CommandLine.Model.CommandSpec spec;
+
     @Override
     public Integer call() {
         if (reps < 1 || gen < 0 || verifyTokens < 0 || Arrays.stream(prompts).anyMatch(p -> p < 1)) {
             throw new PrefillException(PrefillException.Code.ARGUMENT,
                     "-r must be >= 1, -n >= 0, --verify-tokens >= 0, every -p >= 1");
+        }
+        // Without a model, bench's default is the Llama-3.2-1B geometry in Q4_0, generated in memory.
+        var parsed = spec.commandLine().getParseResult();
+        if (engine.model == null && !parsed.hasMatchedOption("--synthetic")) {
+            engine.synthetic = "llama-1b";
+        }
+        if (engine.model == null && !parsed.hasMatchedOption("--type")) {
+            engine.type = "q4_0";
         }
         List<Map<String, Object>> results = new ArrayList<>();
         Map<String, Object> machine = new LinkedHashMap<>();

@@ -191,7 +191,7 @@ class CliTest {
 
     @Test
     void benchReportsThroughputAsJson() throws Exception {
-        Cli.Result r = Cli.run("bench", "-p", "16", "-n", "4", "-r", "1", "--json");
+        Cli.Result r = Cli.run("bench", "--synthetic", "tiny", "--type", "f32", "-p", "16", "-n", "4", "-r", "1", "--json");
         assertEquals(0, r.exit(), r.toString());
         assertTrue(r.out().contains("\"test\": \"pp16\"") && r.out().contains("\"test\": \"tg4\""), r.out());
         assertTrue(r.out().contains("\"verification\": \"VERIFIED against the FP64 reference"), r.out());

@@ -88,7 +88,9 @@ public final class PluginRegistry {
         kvStores = load(KVStore.class, b, excluded);
         indexFormats();
         LOG.log(System.Logger.Level.DEBUG, () -> "discovered plugins: " + infos);
-        problems.forEach(p -> LOG.log(System.Logger.Level.WARNING, p));
+        // Exclusions were asked for: DEBUG. Providers that failed: WARNING.
+        problems.forEach(p -> LOG.log(p.contains(" excluded by ") ? System.Logger.Level.DEBUG
+                : System.Logger.Level.WARNING, p));
     }
 
     /** {@return a registry over the modules visible to the engine, with system properties} */
