@@ -59,6 +59,11 @@ public final class CpuAttention implements Attention {
             throw new IllegalStateException("layer " + r.layer() + " holds " + cache.length(r.layer())
                     + " positions, attention needs " + (r.startPos() + r.queries()));
         }
+        int pages = (r.startPos() + r.queries() + pageSize - 1) / pageSize;
+        if (r.queries() <= SPLIT_MAX_QUERIES && pages >= 2 * device.threads()) {
+            splitPages(device, scratch, r, pages);
+            return;
+        }
         device.parallelFor(heads * blocks, task -> {
             int h = task % heads;
             int b = task / heads;
@@ -88,31 +93,8 @@ public final class CpuAttention implements Attention {
                         continue;
                     }
                     int qi = t - t0;
-                    int qo = (t * heads + h) * hd;
-                    Arrays.fill(s.scores, 0, limit, 0f);
-                    for (int d = 0; d < hd; d++) {
-                        VectorOps.axpy(r.q()[qo + d] * r.scale(), s.kT, d * pageSize, s.scores, 0, limit);
-                    }
-                    float m = s.max[qi];
-                    float pageMax = Float.NEGATIVE_INFINITY;
-                    for (int j = 0; j < limit; j++) {
-                        pageMax = Math.max(pageMax, s.scores[j]);
-                    }
-                    float newMax = Math.max(m, pageMax);
-                    // StrictMath: Math.exp's intrinsic may differ by an ulp from the interpreter's (warm-up dependence).
-                    float correction = m == Float.NEGATIVE_INFINITY ? 0f : (float) StrictMath.exp(m - newMax);
-                    float pageSum = 0;
-                    for (int j = 0; j < limit; j++) {
-                        float w = (float) StrictMath.exp(s.scores[j] - newMax);
-                        s.scores[j] = w;
-                        pageSum += w;
-                    }
-                    s.sum[qi] = s.sum[qi] * correction + pageSum;
-                    s.max[qi] = newMax;
-                    VectorOps.scale(s.acc, qi * hd, correction, hd);
-                    for (int j = 0; j < limit; j++) {
-                        VectorOps.axpy(s.scores[j], s.v, j * hd, s.acc, qi * hd, hd);
-                    }
+                    pageStep(s, r.q(), (t * heads + h) * hd, r.scale(), hd, pageSize, limit, s.max, s.sum, qi, s.acc,
+                            qi * hd);
                 }
             }
             for (int t = t0; t < t1; t++) {
@@ -124,6 +106,113 @@ public final class CpuAttention implements Attention {
                 }
             }
         });
+    }
+
+    /** Up to this many queries (decode steps, small bursts), long contexts are split across pages instead of heads. */
+    private static final int SPLIT_MAX_QUERIES = 8;
+
+    /**
+     * Split-K attention for few queries over long contexts: tasks take contiguous ranges of pages and handle every head
+     * and query for each page they read, so each page is read once per layer, not once per head; the partial softmax
+     * states (max, sum, weighted values) of the ranges are then merged in range order.
+     */
+    private static void splitPages(ComputeDevice device, ThreadLocal<Scratch> scratch, AttentionRequest r, int pages) {
+        int heads = r.heads();
+        int hd = r.headDim();
+        int group = heads / r.kvHeads();
+        int nq = r.queries();
+        KVCache cache = r.cache();
+        int pageSize = cache.config().pageSize();
+        int ranges = Math.min(pages, 4 * device.threads());
+        int states = nq * heads;
+        float[] max = new float[ranges * states];
+        float[] sum = new float[ranges * states];
+        float[] acc = new float[ranges * states * hd];
+        Arrays.fill(max, Float.NEGATIVE_INFINITY);
+        int lastPos = r.startPos() + nq - 1;
+        device.parallelFor(ranges, c -> {
+            Scratch s = scratch(scratch, pageSize, hd, 1);
+            int p0 = (int) ((long) pages * c / ranges);
+            int p1 = (int) ((long) pages * (c + 1) / ranges);
+            for (int p = p0; p < p1; p++) {
+                KVPage page = cache.page(r.layer(), p);
+                int first = page.firstPosition();
+                int rows = Math.min(page.positions(), lastPos - first + 1);
+                for (int kvh = 0; kvh < r.kvHeads(); kvh++) {
+                    for (int j = 0; j < rows; j++) {
+                        page.key(j, kvh * hd, hd, s.row, 0);
+                        for (int d = 0; d < hd; d++) {
+                            s.kT[d * pageSize + j] = s.row[d];
+                        }
+                        page.value(j, kvh * hd, hd, s.v, j * hd);
+                    }
+                    for (int h = kvh * group; h < (kvh + 1) * group; h++) {
+                        for (int t = 0; t < nq; t++) {
+                            int limit = Math.min(rows, r.startPos() + t - first + 1);
+                            if (limit > 0) {
+                                int st = c * states + t * heads + h;
+                                pageStep(s, r.q(), (t * heads + h) * hd, r.scale(), hd, pageSize, limit, max, sum, st,
+                                        acc, st * hd);
+                            }
+                        }
+                    }
+                }
+            }
+        });
+        for (int t = 0; t < nq; t++) {
+            for (int h = 0; h < heads; h++) {
+                int st = t * heads + h;
+                float m = Float.NEGATIVE_INFINITY;
+                for (int c = 0; c < ranges; c++) {
+                    m = Math.max(m, max[c * states + st]);
+                }
+                float total = 0;
+                int oo = (t * heads + h) * hd;
+                Arrays.fill(r.out(), oo, oo + hd, 0f);
+                for (int c = 0; c < ranges; c++) {
+                    int cs = c * states + st;
+                    if (max[cs] == Float.NEGATIVE_INFINITY) {
+                        continue;
+                    }
+                    float w = (float) StrictMath.exp(max[cs] - m);
+                    total += sum[cs] * w;
+                    VectorOps.axpy(w, acc, cs * hd, r.out(), oo, hd);
+                }
+                VectorOps.scale(r.out(), oo, 1f / total, hd);
+            }
+        }
+    }
+
+    /**
+     * One query over one page's first {@code limit} keys (transposed in {@code s.kT}) and values (in {@code s.v}):
+     * scores, then the online-softmax update of state {@code (max[st], sum[st], acc[ao..ao+hd))}.
+     */
+    private static void pageStep(Scratch s, float[] q, int qo, float scale, int hd, int pageSize, int limit,
+                                 float[] max, float[] sum, int st, float[] acc, int ao) {
+        Arrays.fill(s.scores, 0, limit, 0f);
+        for (int d = 0; d < hd; d++) {
+            VectorOps.axpy(q[qo + d] * scale, s.kT, d * pageSize, s.scores, 0, limit);
+        }
+        float m = max[st];
+        float pageMax = Float.NEGATIVE_INFINITY;
+        for (int j = 0; j < limit; j++) {
+            pageMax = Math.max(pageMax, s.scores[j]);
+        }
+        float newMax = Math.max(m, pageMax);
+        // StrictMath: Math.exp's intrinsic may differ by an ulp from the interpreter's (warm-up dependence).
+        float correction = m == Float.NEGATIVE_INFINITY ? 0f : (float) StrictMath.exp(m - newMax);
+        float pageSum = 0;
+        for (int j = 0; j < limit; j++) {
+            float w = (float) StrictMath.exp(s.scores[j] - newMax);
+            s.scores[j] = w;
+            pageSum += w;
+        }
+        sum[st] = sum[st] * correction + pageSum;
+        max[st] = newMax;
+        VectorOps.scale(acc, ao, correction, hd);
+        for (int j = 0; j < limit; j++) {
+            VectorOps.axpy(s.scores[j], s.v, j * hd, acc, ao, hd);
+        }
     }
 
     private static Scratch scratch(ThreadLocal<Scratch> tl, int pageSize, int hd, int nq) {

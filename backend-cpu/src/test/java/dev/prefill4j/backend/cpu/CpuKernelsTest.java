@@ -209,7 +209,7 @@ class CpuKernelsTest {
      */
     @ParameterizedTest
     @CsvSource({"5,0,8,4,8,4,F32,2", "70,0,4,2,16,16,F16,2", "1,99,8,2,8,32,F32,1", "40,25,6,3,64,7,F16,2",
-        "33,10,8,4,16,16,Q8_0,2", "5,3,8,4,8,4,Q8_0,1"})
+        "33,10,8,4,16,16,Q8_0,2", "5,3,8,4,8,4,Q8_0,1", "3,200,8,2,16,16,F16,2", "1,700,4,4,32,8,Q8_0,2"})
     void pagedAttentionMatchesFp64(int queries, int startPos, int heads, int kvHeads, int hd, int pageSize,
                                    KVElementType type, int threads) {
         SplittableRandom rnd = new SplittableRandom(queries + startPos);
