@@ -56,6 +56,15 @@ final class BenchCommand implements Callable<Integer> {
             description = "Prompt length of the FP64 reference check; 0 skips it (label NOT VERIFIED) (default: ${DEFAULT-VALUE}).")
     int verifyTokens;
 
+    @Option(names = "--context", paramLabel = "N", defaultValue = "0",
+            description = "Also measure decode at depth N: the KV cache is filled with synthetic K/V (labelled "
+                    + "'synthetic KV'), then passes of --burst tokens are timed at that depth (default: off).")
+    int context;
+
+    @Option(names = "--burst", paramLabel = "K", defaultValue = "1",
+            description = "Tokens verified per pass in the --context test (default: ${DEFAULT-VALUE}).")
+    int burst;
+
     @Option(names = "--json", description = "Print JSON.")
     boolean json;
 
@@ -153,6 +162,9 @@ final class BenchCommand implements Callable<Integer> {
                 row.put("verification", verification);
                 results.add(row);
             }
+            if (context > 0) {
+                results.add(depthTest(e, model, base, name));
+            }
             // Calibrated after the timed runs, when the JIT's compiler threads no longer compete for the cores.
             System.err.print("measuring FP32 FMA peak and read bandwidth...");
             peakRssBeforeCalibration = peakResidentBytes();
@@ -184,6 +196,13 @@ final class BenchCommand implements Callable<Integer> {
                                 row.get("test"), (double) row.get("bytes_per_token") / 1e6, (double) row.get("read_gb_s"),
                                 (double) row.get("percent_of_read_bandwidth"));
                     }
+                    if (row.containsKey("kv_read_gb_s")) {
+                        System.out.printf(Locale.ROOT, "  %s (synthetic KV, %s store, %s): %.2f verified tokens/s, %.2f passes/s, "
+                                + "%.1f MB of KV per pass, %.2f GB/s of KV read; filled in %.1f s%n", row.get("test"),
+                                row.get("kv_store"), row.get("kv_type"), (double) row.get("verified_tokens_per_s"),
+                                (double) row.get("passes_per_s"), (long) row.get("kv_bytes_per_pass") / 1e6,
+                                (double) row.get("kv_read_gb_s"), (double) row.get("fill_seconds"));
+                    }
                 }
             }
         }
@@ -204,6 +223,55 @@ final class BenchCommand implements Callable<Integer> {
             System.out.println("verification: " + verification);
         }
         return 0;
+    }
+
+    /**
+     * Decode at depth: synthetic KV to {@link #context} positions, then {@code -n} passes (at least 4) of
+     * {@link #burst} tokens each, truncating back to the depth after every pass so all passes see the same depth.
+     */
+    private Map<String, Object> depthTest(Engine e, LlamaModel model, SessionOptions base, String name) {
+        LlamaConfig c = model.config();
+        if (burst < 1) {
+            throw new PrefillException(PrefillException.Code.ARGUMENT, "--burst must be at least 1");
+        }
+        int passes = Math.max(4, gen);
+        SessionOptions o = base.withContextLength(context + burst);
+        Map<String, Object> row = new LinkedHashMap<>();
+        try (Session s = e.newSession(model, o)) {
+            Progress fill = new Progress("filling " + context + " positions of synthetic KV");
+            long f0 = System.nanoTime();
+            s.fillSyntheticKv(context, 7, fill);
+            fill.done();
+            double fillSeconds = (System.nanoTime() - f0) / 1e9;
+            int[] ids = new SplittableRandom(5).ints(burst, 3, c.vocab()).toArray();
+            s.prefill(ids, burst > 1); // warm-up pass
+            s.truncate(context);
+            long t0 = System.nanoTime();
+            for (int i = 0; i < passes; i++) {
+                System.err.printf("\rbench depth %d burst %d: pass %d/%d ", context, burst, i + 1, passes);
+                s.prefill(ids, burst > 1);
+                s.truncate(context);
+            }
+            double seconds = (System.nanoTime() - t0) / 1e9;
+            System.err.print("\r" + " ".repeat(50) + "\r");
+            long kvBytes = (long) c.layers() * 2 * context * o.kvType().rowBytes(c.kvDim());
+            row.put("model", name);
+            row.put("test", "depth" + context + "_burst" + burst);
+            row.put("kv_store", e.kvStore().id());
+            row.put("kv_type", o.kvType().name().toLowerCase(Locale.ROOT));
+            row.put("synthetic_kv", true);
+            row.put("fill_seconds", fillSeconds);
+            row.put("passes", passes);
+            row.put("verified_tokens_per_s", passes * burst / seconds);
+            row.put("passes_per_s", passes / seconds);
+            row.put("kv_bytes_per_pass", kvBytes);
+            row.put("kv_read_gb_s", kvBytes * passes / seconds / 1e9);
+            row.put("gflops", c.flops(context, burst, 1) * passes / seconds / 1e9);
+            row.put("tokens_per_s_mean", passes * burst / seconds);
+            row.put("tokens_per_s_sd", 0.0);
+            row.put("tokens_per_s_median", passes * burst / seconds);
+        }
+        return row;
     }
 
     /** {@return the process's peak resident set (VmHWM) in bytes, or -1 where /proc is not available} */

@@ -268,6 +268,41 @@ public final class Session implements AutoCloseable {
     }
 
     /**
+     * Fills the KV cache with {@code positions} rows of synthetic K and V (Gaussian, seeded) in every layer, for
+     * measuring attention and KV streaming at a depth that would take hours to prefill. The cache then holds no
+     * real context: outputs after it are meaningless, and benchmarks that use it say "synthetic KV".
+     *
+     * @param positions rows to append, starting at the current position
+     * @param seed      random seed
+     * @param progress  fraction done, or {@code null}
+     */
+    public void fillSyntheticKv(int positions, long seed, java.util.function.DoubleConsumer progress) {
+        if ((long) position + positions > capacity) {
+            throw new PrefillException(PrefillException.Code.CONTEXT, positions + " synthetic positions at " + position
+                    + " exceed the context of " + capacity);
+        }
+        int kvDim = c.kvDim();
+        int step = Math.max(1, Math.min(4096, positions));
+        float[] kb = new float[step * kvDim];
+        float[] vb = new float[step * kvDim];
+        java.util.SplittableRandom rnd = new java.util.SplittableRandom(seed);
+        for (int done = 0; done < positions; done += step) {
+            int n = Math.min(step, positions - done);
+            for (int l = 0; l < c.layers(); l++) {
+                for (int i = 0; i < n * kvDim; i++) {
+                    kb[i] = (float) rnd.nextGaussian();
+                    vb[i] = (float) rnd.nextGaussian();
+                }
+                cache.append(l, position + done, n, kb, vb);
+            }
+            if (progress != null) {
+                progress.accept((double) (done + n) / positions);
+            }
+        }
+        position += positions;
+    }
+
+    /**
      * Forgets every position at or after {@code length} (rejected draft tokens).
      *
      * @param length positions kept, at most {@link #position()}

@@ -189,6 +189,20 @@ class CliTest {
         assertTrue(r.out().contains("\"version\": \"0.1.0-SNAPSHOT\""), r.out());
     }
 
+    /** Decode at depth over synthetic KV in the ssd store, with bursts; the file is gone afterwards. */
+    @Test
+    void benchAtDepthWithSyntheticKv() throws Exception {
+        Cli.Result r = Cli.run("bench", "--synthetic", "tiny", "--type", "f32", "-p", "4", "-n", "4", "-r", "1",
+                "--verify-tokens", "0", "--kv", "ssd", "--kv-dir", dir.toString(), "--kv-type", "q8_0",
+                "--context", "3000", "--burst", "8", "--json");
+        assertEquals(0, r.exit(), r.toString());
+        assertTrue(r.out().contains("\"test\": \"depth3000_burst8\"") && r.out().contains("\"synthetic_kv\": true")
+                && r.out().contains("\"kv_store\": \"ssd\""), r.out());
+        try (var files = Files.list(dir)) {
+            assertEquals(0, files.count(), "the ssd store removed its file");
+        }
+    }
+
     @Test
     void benchReportsThroughputAsJson() throws Exception {
         Cli.Result r = Cli.run("bench", "--synthetic", "tiny", "--type", "f32", "-p", "16", "-n", "4", "-r", "1", "--json");

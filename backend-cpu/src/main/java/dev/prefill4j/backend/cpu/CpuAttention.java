@@ -109,7 +109,7 @@ public final class CpuAttention implements Attention {
     }
 
     /** Up to this many queries (decode steps, small bursts), long contexts are split across pages instead of heads. */
-    private static final int SPLIT_MAX_QUERIES = 8;
+    private static final int SPLIT_MAX_QUERIES = 64;
 
     /**
      * Split-K attention for few queries over long contexts: tasks take contiguous ranges of pages and handle every head
