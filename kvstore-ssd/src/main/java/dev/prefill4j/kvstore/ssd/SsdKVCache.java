@@ -44,6 +44,8 @@ final class SsdKVCache implements KVCache {
     private final MemorySegment[] writeBuffers;
     private final boolean[][] onDisk;
     private final Map<Long, MemorySegment> readCache;
+    /** Buffers evicted from the read cache, reused by later reads: memory stays bounded by the cache size. */
+    private final java.util.ArrayDeque<MemorySegment> free = new java.util.ArrayDeque<>();
     private long bytesWritten;
     private boolean closed;
 
@@ -82,7 +84,13 @@ final class SsdKVCache implements KVCache {
 
             @Override
             protected boolean removeEldestEntry(Map.Entry<Long, MemorySegment> eldest) {
-                return size() > maxCached;
+                if (size() > maxCached) {
+                    // Safe to reuse: the cache holds far more pages than attention threads use at once, and the
+                    // least recently used page is not one a thread is reading.
+                    free.push(eldest.getValue());
+                    return true;
+                }
+                return false;
             }
         };
     }
@@ -171,7 +179,10 @@ final class SsdKVCache implements KVCache {
         bytesWritten += slot;
         onDisk[layer][page] = true;
         synchronized (readCache) {
-            readCache.remove(key(layer, page));
+            MemorySegment gone = readCache.remove(key(layer, page));
+            if (gone != null) {
+                free.push(gone);
+            }
         }
     }
 
@@ -181,7 +192,7 @@ final class SsdKVCache implements KVCache {
 
     /** Reads a slot with direct I/O and checks it; never returns data that did not verify. */
     private MemorySegment read(int layer, int page) {
-        MemorySegment buf = arena.allocate(slot, alignment);
+        MemorySegment buf = free.isEmpty() ? arena.allocate(slot, alignment) : free.pop();
         try {
             ByteBuffer bb = buf.asByteBuffer();
             long at = slotOffset(layer, page);
@@ -253,8 +264,12 @@ final class SsdKVCache implements KVCache {
             if (page != current[l] || onDisk[l][page]) {
                 // The cut falls in a page already written: bring it back as the page being filled.
                 if (onDisk[l][page]) {
-                    MemorySegment data = read(l, page);
-                    MemorySegment.copy(data, 0, writeBuffers[l], 0, slot);
+                    MemorySegment data;
+                    synchronized (readCache) {
+                        data = read(l, page);
+                        MemorySegment.copy(data, 0, writeBuffers[l], 0, slot);
+                        free.push(data);
+                    }
                     onDisk[l][page] = false;
                 }
                 current[l] = page;
@@ -269,7 +284,10 @@ final class SsdKVCache implements KVCache {
     private void forget(int layer, int page) {
         onDisk[layer][page] = false;
         synchronized (readCache) {
-            readCache.remove(key(layer, page));
+            MemorySegment gone = readCache.remove(key(layer, page));
+            if (gone != null) {
+                free.push(gone);
+            }
         }
     }
 
