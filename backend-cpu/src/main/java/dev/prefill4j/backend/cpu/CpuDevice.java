@@ -11,9 +11,13 @@ import java.util.function.IntConsumer;
 
 /**
  * The CPU device: the calling thread plus {@code threads - 1} daemon workers, which pull task indices from a shared
- * counter, so every thread stays busy and a worker that wakes late only takes fewer tasks. GEMM splits output features into tiles,
- * one task each; a task decodes its weight tile once into a thread-local buffer that stays in L2 and runs every
- * activation row against it, four weight rows per activation load.
+ * counter, so every thread stays busy and a worker that wakes late only takes fewer tasks.
+ *
+ * <p>GEMM has two shapes. Prefill (six or more activation rows, outputs a multiple of four vectors): a task decodes
+ * a panel of weight rows once, transposes it K-major into an L2-resident buffer and runs every block of six rows
+ * through {@link VectorOps#kernel6x4} (24 accumulators, no horizontal sums). Otherwise (decode steps, odd shapes):
+ * weight tiles decoded row-major and dot products four rows at a time, with lane sums in a fixed order. Both
+ * accumulate each output in a fixed order, so results do not depend on JIT warm-up.
  */
 final class CpuDevice implements ComputeDevice {
     /** Bytes of decoded weights per tile: small enough to stay in L2 while all activation rows pass over it. */
