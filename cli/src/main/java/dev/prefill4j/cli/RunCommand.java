@@ -66,8 +66,10 @@ final class RunCommand implements Callable<Integer> {
                     + "output is identical to greedy decoding. Needs --temp 0 (default: ${DEFAULT-VALUE}).")
     int burst;
 
-    @Option(names = "--ignore-eos", description = "Keep generating after the end-of-sequence token.")
-    boolean ignoreEos;
+    @Option(names = "--stop-at-eos",
+            description = "Stop when the model produces its end-of-sequence token. By default all -n tokens are "
+                    + "generated, as the reference outputs this engine is checked against were.")
+    boolean stopAtEos;
 
     @Option(names = "--json", description = "Print one JSON document instead of streaming text.")
     boolean json;
@@ -99,10 +101,10 @@ final class RunCommand implements Callable<Integer> {
                     throw new PrefillException(PrefillException.Code.ARGUMENT,
                             "--burst verifies greedy choices: use it with --temp 0 and without --logits-out");
                 }
-                bursts = session.generateWithBursts(prompt, nPredict, burst, PromptLookupDrafts.defaults(), ignoreEos, sink);
+                bursts = session.generateWithBursts(prompt, nPredict, burst, PromptLookupDrafts.defaults(), !stopAtEos, sink);
                 g = bursts.generation();
             } else {
-                g = session.generate(prompt, nPredict, sampler, ignoreEos, logitsOut != null, sink);
+                g = session.generate(prompt, nPredict, sampler, !stopAtEos, logitsOut != null, sink);
             }
             if (logitsOut != null) {
                 writeLogits(logitsOut, g.promptLogits());

@@ -31,7 +31,7 @@ class CliTest {
     void runMatchesTheManifestAndWritesReferenceShapedLogits() throws Exception {
         Path logits = dir.resolve("logits.f32");
         Cli.Result r = Cli.run("run", "-m", Models.require("stories260K-F32.gguf").toString(), "-p", Models.PROMPT,
-                "-n", "32", "--temp", "0", "--kv-type", "f32", "--ignore-eos", "--json", "--logits-out", logits.toString());
+                "-n", "32", "--temp", "0", "--kv-type", "f32", "--json", "--logits-out", logits.toString());
         assertEquals(0, r.exit(), r.toString());
         assertArrayEquals(Models.STORIES_F32_GREEDY, Cli.jsonIds(r.out(), "generated_ids"));
         double d = Models.maxAbsDiff(Models.referenceLogits("stories260K-F32"), Models.readF32(logits));
@@ -71,7 +71,7 @@ class CliTest {
         assertTrue(i.out().contains("\"decoder\": \"f16 (dev.prefill4j.engine)\""), i.out());
         Path logits = dir.resolve("l.f32");
         Cli.Result r = Cli.run("run", "-m", file.toString(), "-p", "hello world", "-n", "8", "--temp", "0",
-                "--ignore-eos", "--kv-type", "f32", "--json", "--logits-out", logits.toString());
+                "--kv-type", "f32", "--json", "--logits-out", logits.toString());
         assertEquals(0, r.exit(), r.toString());
         try (Engine e = Engine.builder().threads(2).build();
              LlamaModel m = e.synthetic(SyntheticLlama.Shape.TINY, "f16", 9, null);

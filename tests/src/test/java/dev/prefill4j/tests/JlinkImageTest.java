@@ -72,7 +72,7 @@ class JlinkImageTest {
     @Test
     void anImageWithQ4_0ButNotQ4k() throws Exception {
         Cli.Result r = Cli.runImage(withQ4_0, "run", "-m", Models.require("stories260K-Q4_0.gguf").toString(), "-n", "32",
-                "--temp", "0", "--kv-type", "f32", "--activations", "quantized", "--ignore-eos", "--json");
+                "--temp", "0", "--kv-type", "f32", "--activations", "quantized", "--json");
         assertEquals(0, r.exit(), r.toString());
         assertArrayEquals(Models.ids("466 473 473 483 482 292 465 473 473 472 473 473 473 473 473 473 473 473 473 473 "
                 + "473 473 473 473 473 473 473 473 465 465 465 465"), Cli.jsonIds(r.out(), "generated_ids"));
