@@ -325,21 +325,18 @@ public final class Session implements AutoCloseable {
         for (int l = 0; l < c.layers(); l++) {
             LlamaModel.Layer w = model.layer(l);
             device.rmsNorm(x, n, w.attnNorm(), c.rmsEps(), xb);
-            project(w.wq(), xb, n, q);
-            project(w.wk(), xb, n, k);
-            project(w.wv(), xb, n, v);
+            project(xb, n, new WeightMatrix[] {w.wq(), w.wk(), w.wv()}, q, k, v);
             device.rope(q, n, c.heads(), c.headDim(), c.ropeDim(), pos, c.ropeBase());
             device.rope(k, n, c.kvHeads(), c.headDim(), c.ropeDim(), pos, c.ropeBase());
             cache.append(l, pos, n, k, v);
             attention.attend(new AttentionRequest(q, n, pos, cache, l, c.heads(), c.kvHeads(), c.headDim(),
                     (float) (1.0 / Math.sqrt(c.headDim())), att));
-            project(w.wo(), att, n, xb);
+            project(att, n, new WeightMatrix[] {w.wo()}, xb);
             addInPlace(x, xb, n * dim);
             device.rmsNorm(x, n, w.ffnNorm(), c.rmsEps(), xb);
-            project(w.gate(), xb, n, gate);
-            project(w.up(), xb, n, up);
+            project(xb, n, new WeightMatrix[] {w.gate(), w.up()}, gate, up);
             device.swiglu(gate, up, n * c.ffnDim());
-            project(w.down(), gate, n, xb);
+            project(gate, n, new WeightMatrix[] {w.down()}, xb);
             addInPlace(x, xb, n * dim);
             checkFinite(x, n, dim, "output of layer " + l, pos);
         }
@@ -354,7 +351,7 @@ public final class Session implements AutoCloseable {
         System.arraycopy(x, from * dim, normed, 0, rows * dim);
         device.rmsNorm(normed, rows, model.outputNorm(), c.rmsEps(), normed);
         float[] result = outRow == 0 && out.length == rows * vocab ? out : new float[rows * vocab];
-        project(model.output(), normed, rows, result);
+        project(normed, rows, new WeightMatrix[] {model.output()}, result);
         if (result != out) {
             System.arraycopy(result, 0, out, outRow * vocab, rows * vocab);
         }
@@ -362,22 +359,30 @@ public final class Session implements AutoCloseable {
     }
 
     /**
-     * One projection. With quantized activations each input row is first rounded through the weight format's
-     * activation format (encode, then decode) and the products are accumulated exactly ({@link
-     * ComputeDevice#matmulExact}): numerically what llama.cpp's integer dot products compute.
+     * Projections of one input: {@code outs[i] = x * ws[i]}. With quantized activations each input row is first
+     * rounded through the weights' activation format (encode, then decode; once per format, not once per matrix, so
+     * Q/K/V and gate/up share it) and the products are accumulated exactly ({@link ComputeDevice#matmulExact}):
+     * numerically what llama.cpp's integer dot products compute.
      */
-    private void project(WeightMatrix w, float[] x, int rows, float[] out) {
-        Quantizer act = activationFormats.get(w.format());
-        if (act == null) {
-            device.matmul(w, x, rows, out);
-            return;
+    private void project(float[] x, int rows, WeightMatrix[] ws, float[]... outs) {
+        Quantizer rounded = null;
+        for (int i = 0; i < ws.length; i++) {
+            WeightMatrix w = ws[i];
+            Quantizer act = activationFormats.get(w.format());
+            if (act == null) {
+                device.matmul(w, x, rows, outs[i]);
+                continue;
+            }
+            if (act != rounded) {
+                int cols = w.cols();
+                for (int r = 0; r < rows; r++) {
+                    act.encode(x, r * cols, cols, quantizedRow, 0);
+                    act.decode(quantizedRow, 0, quantized, r * cols, cols);
+                }
+                rounded = act;
+            }
+            device.matmulExact(w, quantized, rows, outs[i]);
         }
-        int cols = w.cols();
-        for (int r = 0; r < rows; r++) {
-            act.encode(x, r * cols, cols, quantizedRow, 0);
-            act.decode(quantizedRow, 0, quantized, r * cols, cols);
-        }
-        device.matmulExact(w, quantized, rows, out);
     }
 
     private static void addInPlace(float[] a, float[] b, int n) {
