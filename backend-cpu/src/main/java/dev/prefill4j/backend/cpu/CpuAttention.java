@@ -7,17 +7,36 @@ import dev.prefill4j.api.spi.AttentionRequest;
 import dev.prefill4j.api.spi.ComputeDevice;
 import dev.prefill4j.api.spi.KVCache;
 import dev.prefill4j.api.spi.KVPage;
+import java.util.ArrayDeque;
 import java.util.Arrays;
+import jdk.incubator.vector.FloatVector;
+import jdk.incubator.vector.VectorOperators;
 
 /**
- * Causal grouped-query attention over KV pages with an online softmax (one pass: running maximum, running sum,
- * rescaled accumulator), so a page is read once per block of queries and never all at once.
+ * Causal grouped-query attention over KV pages with an online softmax (running maximum, running sum, rescaled
+ * accumulator), so a page is read once per pass over it and the context is never held whole. One kernel serves
+ * prefill, decode and bursts of K queries, whichever store holds the pages.
  *
- * <p>Tasks are (head, block of up to 32 queries); each task decodes a page's K (transposed) and V rows of its KV
- * head into thread-local buffers, then runs every query of its block over them.
+ * <p>The unit of work is one page against a set of query rows (a row is one query position and one head) that
+ * share a KV head: the page's K slice of that head is decoded transposed ({@code kT[d][j]}) and its V slice
+ * row-major; scores for four rows at a time come from a register-blocked kernel (one K vector load feeds four FMAs,
+ * no horizontal sums); the weights are exponentiated in place by {@link ExpOps}; values are accumulated for four
+ * rows at a time with the accumulators in registers.
+ *
+ * <p>Two schedules. Many queries (prefill): tasks are (KV head, block of 32 queries), each walking the pages it
+ * needs. Few queries over many pages (decode, bursts up to {@value #SPLIT_MAX_QUERIES}): tasks are fixed chunks of
+ * consecutive pages, taken in ascending order (so a store that reads ahead streams them in file order), each holding
+ * every row's partial softmax state; finished chunks are merged strictly in chunk order. Chunk boundaries depend only
+ * on the number of pages, and every row's arithmetic is independent of the other rows in its pass, so a query's
+ * output is bit-identical whether it is decoded alone or verified in a burst.
  */
 public final class CpuAttention implements Attention {
     private static final int QUERY_BLOCK = 32;
+    /** Up to this many queries, long contexts are split across pages instead of heads. */
+    private static final int SPLIT_MAX_QUERIES = 64;
+    /** Most page chunks in the split schedule (bounds the partial states kept at once). */
+    private static final int MAX_CHUNKS = 64;
+    private static final int L = VectorOps.FLOATS.length();
 
     @Override public String id() { return "cpu-paged"; }
     @Override public String apiVersion() { return ApiVersion.CURRENT; }
@@ -27,7 +46,7 @@ public final class CpuAttention implements Attention {
 
     @Override
     public AttentionKernel create(ComputeDevice device) {
-        ThreadLocal<Scratch> scratch = new ThreadLocal<>();
+        ThreadLocal<Scratch> scratch = ThreadLocal.withInitial(Scratch::new);
         return request -> attend(device, scratch, request);
     }
 
@@ -35,207 +54,425 @@ public final class CpuAttention implements Attention {
     private static final class Scratch {
         float[] kT = new float[0];
         float[] v = new float[0];
-        float[] row = new float[0];
+        float[] tmp = new float[0];
         float[] scores = new float[0];
-        float[] acc = new float[0];
-        float[] max = new float[0];
-        float[] sum = new float[0];
+        final float[] lanes = new float[L];
+        final float[] corr = new float[4];
+        final int[] limit = new int[4];
+
+        void ensure(int stride, int hd) {
+            if (kT.length < stride * hd) {
+                kT = new float[stride * hd];
+                v = new float[stride * hd];
+                scores = new float[4 * stride];
+            }
+            if (tmp.length < L * hd) {
+                tmp = new float[L * hd];
+            }
+        }
     }
 
     /**
-     * Flash-style causal attention, page by page. A task (head, block of queries) decodes the page's keys of its KV
-     * head transposed ({@code kT[d][j]}), so each query's scores over the page come from vector FMAs across positions
-     * (no horizontal sums); then one running-max update and rescale per page and one exp per score; values are
-     * accumulated with vector FMAs across the head dimension.
+     * Query rows sharing one KV head: row {@code i} has its scaled query at {@code q[i * hd ..]} and sees positions up
+     * to {@code pos[i]}.
      */
+    private record Rows(int count, float[] q, int[] pos) {
+        int lastPos() {
+            int m = -1;
+            for (int i = 0; i < count; i++) {
+                m = Math.max(m, pos[i]);
+            }
+            return m;
+        }
+    }
+
+    /** Online-softmax state of some rows: running maximum, running sum, unnormalized weighted values. */
+    private static final class State {
+        final float[] max;
+        final float[] sum;
+        final float[] acc;
+
+        State(int rows, int hd) {
+            max = new float[rows];
+            sum = new float[rows];
+            acc = new float[rows * hd];
+            reset();
+        }
+
+        void reset() {
+            Arrays.fill(max, Float.NEGATIVE_INFINITY);
+            Arrays.fill(sum, 0f);
+            Arrays.fill(acc, 0f);
+        }
+    }
+
     private static void attend(ComputeDevice device, ThreadLocal<Scratch> scratch, AttentionRequest r) {
-        int heads = r.heads();
-        int hd = r.headDim();
-        int group = heads / r.kvHeads();
-        int blocks = (r.queries() + QUERY_BLOCK - 1) / QUERY_BLOCK;
         KVCache cache = r.cache();
-        int pageSize = cache.config().pageSize();
         if (cache.length(r.layer()) < r.startPos() + r.queries()) {
             throw new IllegalStateException("layer " + r.layer() + " holds " + cache.length(r.layer())
                     + " positions, attention needs " + (r.startPos() + r.queries()));
         }
+        int pageSize = cache.config().pageSize();
         int pages = (r.startPos() + r.queries() + pageSize - 1) / pageSize;
         if (r.queries() <= SPLIT_MAX_QUERIES && pages >= 2 * device.threads()) {
-            splitPages(device, scratch, r, pages);
-            return;
+            split(device, scratch, r, pages);
+        } else {
+            blocks(device, scratch, r);
         }
-        device.parallelFor(heads * blocks, task -> {
-            int h = task % heads;
-            int b = task / heads;
-            int kvh = h / group;
-            int t0 = b * QUERY_BLOCK;
-            int t1 = Math.min(r.queries(), t0 + QUERY_BLOCK);
-            int nq = t1 - t0;
-            Scratch s = scratch(scratch, pageSize, hd, nq);
-            Arrays.fill(s.acc, 0, nq * hd, 0f);
-            Arrays.fill(s.max, 0, nq, Float.NEGATIVE_INFINITY);
-            Arrays.fill(s.sum, 0, nq, 0f);
-            int lastPos = r.startPos() + t1 - 1;
-            for (int p = 0; p <= lastPos / pageSize; p++) {
-                KVPage page = cache.page(r.layer(), p);
-                int first = page.firstPosition();
-                int rows = Math.min(page.positions(), lastPos - first + 1);
-                for (int j = 0; j < rows; j++) {
-                    page.key(j, kvh * hd, hd, s.row, 0);
-                    for (int d = 0; d < hd; d++) {
-                        s.kT[d * pageSize + j] = s.row[d];
-                    }
-                    page.value(j, kvh * hd, hd, s.v, j * hd);
-                }
-                for (int t = t0; t < t1; t++) {
-                    int limit = Math.min(rows, r.startPos() + t - first + 1);
-                    if (limit <= 0) {
-                        continue;
-                    }
-                    int qi = t - t0;
-                    pageStep(s, r.q(), (t * heads + h) * hd, r.scale(), hd, pageSize, limit, s.max, s.sum, qi, s.acc,
-                            qi * hd);
-                }
-            }
-            for (int t = t0; t < t1; t++) {
-                int qi = t - t0;
-                float inv = 1f / s.sum[qi];
-                int oo = (t * heads + h) * hd;
-                for (int d = 0; d < hd; d++) {
-                    r.out()[oo + d] = s.acc[qi * hd + d] * inv;
-                }
-            }
-        });
     }
 
-    /** Up to this many queries (decode steps, small bursts), long contexts are split across pages instead of heads. */
-    private static final int SPLIT_MAX_QUERIES = 64;
-
-    /**
-     * Split-K attention for few queries over long contexts: tasks take contiguous ranges of pages and handle every head
-     * and query for each page they read, so each page is read once per layer, not once per head; the partial softmax
-     * states (max, sum, weighted values) of the ranges are then merged in range order.
-     */
-    private static void splitPages(ComputeDevice device, ThreadLocal<Scratch> scratch, AttentionRequest r, int pages) {
-        int heads = r.heads();
+    /** The rows of KV head {@code kvh} for queries {@code [t0, t1)}: row {@code (t - t0) * group + (h - kvh * group)}. */
+    private static Rows rows(AttentionRequest r, int kvh, int t0, int t1) {
         int hd = r.headDim();
-        int group = heads / r.kvHeads();
-        int nq = r.queries();
+        int group = r.heads() / r.kvHeads();
+        int n = (t1 - t0) * group;
+        float[] q = new float[n * hd];
+        int[] pos = new int[n];
+        for (int t = t0; t < t1; t++) {
+            for (int g = 0; g < group; g++) {
+                int i = (t - t0) * group + g;
+                int h = kvh * group + g;
+                int qo = (t * r.heads() + h) * hd;
+                for (int d = 0; d < hd; d++) {
+                    q[i * hd + d] = r.q()[qo + d] * r.scale();
+                }
+                pos[i] = r.startPos() + t;
+            }
+        }
+        return new Rows(n, q, pos);
+    }
+
+    /** Writes {@code acc / sum} of rows {@code [from, from + rows.count)} of {@code st} to the output. */
+    private static void output(AttentionRequest r, int kvh, int t0, State st, int from, Rows rows) {
+        int hd = r.headDim();
+        int group = r.heads() / r.kvHeads();
+        for (int i = 0; i < rows.count(); i++) {
+            int t = t0 + i / group;
+            int h = kvh * group + i % group;
+            float inv = 1f / st.sum[from + i];
+            int oo = (t * r.heads() + h) * hd;
+            for (int d = 0; d < hd; d++) {
+                r.out()[oo + d] = st.acc[(from + i) * hd + d] * inv;
+            }
+        }
+    }
+
+    /** Many queries: tasks (KV head, block of queries), each over the pages its block needs. */
+    private static void blocks(ComputeDevice device, ThreadLocal<Scratch> scratch, AttentionRequest r) {
+        int blocks = (r.queries() + QUERY_BLOCK - 1) / QUERY_BLOCK;
         KVCache cache = r.cache();
         int pageSize = cache.config().pageSize();
-        int ranges = Math.min(pages, 4 * device.threads());
-        int states = nq * heads;
-        float[] max = new float[ranges * states];
-        float[] sum = new float[ranges * states];
-        float[] acc = new float[ranges * states * hd];
-        Arrays.fill(max, Float.NEGATIVE_INFINITY);
-        int lastPos = r.startPos() + nq - 1;
-        device.parallelFor(ranges, c -> {
-            Scratch s = scratch(scratch, pageSize, hd, 1);
-            int p0 = (int) ((long) pages * c / ranges);
-            int p1 = (int) ((long) pages * (c + 1) / ranges);
-            for (int p = p0; p < p1; p++) {
+        device.parallelFor(r.kvHeads() * blocks, task -> {
+            int kvh = task % r.kvHeads();
+            int b = task / r.kvHeads();
+            int t0 = b * QUERY_BLOCK;
+            int t1 = Math.min(r.queries(), t0 + QUERY_BLOCK);
+            Rows rows = rows(r, kvh, t0, t1);
+            State st = new State(rows.count(), r.headDim());
+            Scratch s = scratch.get();
+            for (int p = 0; p <= rows.lastPos() / pageSize; p++) {
                 KVPage page = cache.page(r.layer(), p);
-                int first = page.firstPosition();
-                int rows = Math.min(page.positions(), lastPos - first + 1);
-                for (int kvh = 0; kvh < r.kvHeads(); kvh++) {
-                    for (int j = 0; j < rows; j++) {
-                        page.key(j, kvh * hd, hd, s.row, 0);
-                        for (int d = 0; d < hd; d++) {
-                            s.kT[d * pageSize + j] = s.row[d];
-                        }
-                        page.value(j, kvh * hd, hd, s.v, j * hd);
-                    }
-                    for (int h = kvh * group; h < (kvh + 1) * group; h++) {
-                        for (int t = 0; t < nq; t++) {
-                            int limit = Math.min(rows, r.startPos() + t - first + 1);
-                            if (limit > 0) {
-                                int st = c * states + t * heads + h;
-                                pageStep(s, r.q(), (t * heads + h) * hd, r.scale(), hd, pageSize, limit, max, sum, st,
-                                        acc, st * hd);
-                            }
-                        }
-                    }
+                try {
+                    page(s, page, kvh, r.headDim(), rows, st, 0);
+                } finally {
+                    cache.release(page);
                 }
             }
+            output(r, kvh, t0, st, 0, rows);
         });
-        for (int t = 0; t < nq; t++) {
-            for (int h = 0; h < heads; h++) {
-                int st = t * heads + h;
-                float m = Float.NEGATIVE_INFINITY;
-                for (int c = 0; c < ranges; c++) {
-                    m = Math.max(m, max[c * states + st]);
+    }
+
+    /**
+     * Few queries over many pages: fixed chunks of consecutive pages, taken in ascending order; each chunk's partial
+     * states are merged into the total strictly in chunk order, so results do not depend on thread timing.
+     */
+    private static void split(ComputeDevice device, ThreadLocal<Scratch> scratch, AttentionRequest r, int pages) {
+        int hd = r.headDim();
+        int kvHeads = r.kvHeads();
+        KVCache cache = r.cache();
+        Rows[] rows = new Rows[kvHeads];
+        for (int kvh = 0; kvh < kvHeads; kvh++) {
+            rows[kvh] = rows(r, kvh, 0, r.queries());
+        }
+        int perHead = rows[0].count();
+        int chunkPages = Math.max(1, (pages + MAX_CHUNKS - 1) / MAX_CHUNKS);
+        int chunks = (pages + chunkPages - 1) / chunkPages;
+        State total = new State(perHead * kvHeads, hd);
+        State[] finished = new State[chunks];
+        ArrayDeque<State> spare = new ArrayDeque<>();
+        int[] merged = {0};
+        cache.readAhead(r.layer(), 0, pages);
+        boolean done = false;
+        try {
+            device.parallelFor(chunks, c -> {
+                State st;
+                synchronized (finished) {
+                    st = spare.isEmpty() ? new State(perHead * kvHeads, hd) : spare.pop();
                 }
-                float total = 0;
-                int oo = (t * heads + h) * hd;
-                Arrays.fill(r.out(), oo, oo + hd, 0f);
-                for (int c = 0; c < ranges; c++) {
-                    int cs = c * states + st;
-                    if (max[cs] == Float.NEGATIVE_INFINITY) {
-                        continue;
+                st.reset();
+                Scratch s = scratch.get();
+                int p1 = Math.min(pages, (c + 1) * chunkPages);
+                for (int p = c * chunkPages; p < p1; p++) {
+                    KVPage page = cache.page(r.layer(), p);
+                    try {
+                        for (int kvh = 0; kvh < kvHeads; kvh++) {
+                            page(s, page, kvh, hd, rows[kvh], st, kvh * perHead);
+                        }
+                    } finally {
+                        cache.release(page);
                     }
-                    float w = (float) StrictMath.exp(max[cs] - m);
-                    total += sum[cs] * w;
-                    VectorOps.axpy(w, acc, cs * hd, r.out(), oo, hd);
                 }
-                VectorOps.scale(r.out(), oo, 1f / total, hd);
+                synchronized (finished) {
+                    finished[c] = st;
+                    while (merged[0] < chunks && finished[merged[0]] != null) {
+                        State next = finished[merged[0]];
+                        merge(total, next, hd);
+                        finished[merged[0]++] = null;
+                        spare.push(next);
+                    }
+                }
+            });
+            done = true;
+        } finally {
+            if (!done) {
+                cache.readAhead(r.layer(), 0, 0);
+            }
+        }
+        for (int kvh = 0; kvh < kvHeads; kvh++) {
+            output(r, kvh, 0, total, kvh * perHead, rows[kvh]);
+        }
+    }
+
+    /** Folds a chunk's partial softmax states into the running total. */
+    private static void merge(State total, State part, int hd) {
+        for (int i = 0; i < total.max.length; i++) {
+            float pm = part.max[i];
+            if (pm == Float.NEGATIVE_INFINITY) {
+                continue;
+            }
+            float tm = total.max[i];
+            float m = Math.max(tm, pm);
+            float a = tm == Float.NEGATIVE_INFINITY ? 0f : ExpOps.exp(tm - m);
+            float b = ExpOps.exp(pm - m);
+            total.sum[i] = total.sum[i] * a + part.sum[i] * b;
+            total.max[i] = m;
+            int o = i * hd;
+            for (int d = 0; d < hd; d++) {
+                total.acc[o + d] = Math.fma(part.acc[o + d], b, total.acc[o + d] * a);
             }
         }
     }
 
     /**
-     * One query over one page's first {@code limit} keys (transposed in {@code s.kT}) and values (in {@code s.v}):
-     * scores, then the online-softmax update of state {@code (max[st], sum[st], acc[ao..ao+hd))}.
+     * Positions per tile for head dimension {@code hd}: a tile's transposed K and its V (16 KiB each) stay in L1
+     * while every row passes over them.
      */
-    private static void pageStep(Scratch s, float[] q, int qo, float scale, int hd, int pageSize, int limit,
-                                 float[] max, float[] sum, int st, float[] acc, int ao) {
-        Arrays.fill(s.scores, 0, limit, 0f);
-        for (int d = 0; d < hd; d++) {
-            VectorOps.axpy(q[qo + d] * scale, s.kT, d * pageSize, s.scores, 0, limit);
-        }
-        float m = max[st];
-        float pageMax = Float.NEGATIVE_INFINITY;
-        for (int j = 0; j < limit; j++) {
-            pageMax = Math.max(pageMax, s.scores[j]);
-        }
-        float newMax = Math.max(m, pageMax);
-        // StrictMath: Math.exp's intrinsic may differ by an ulp from the interpreter's (warm-up dependence).
-        float correction = m == Float.NEGATIVE_INFINITY ? 0f : (float) StrictMath.exp(m - newMax);
-        float pageSum = 0;
-        for (int j = 0; j < limit; j++) {
-            float w = (float) StrictMath.exp(s.scores[j] - newMax);
-            s.scores[j] = w;
-            pageSum += w;
-        }
-        sum[st] = sum[st] * correction + pageSum;
-        max[st] = newMax;
-        VectorOps.scale(acc, ao, correction, hd);
-        for (int j = 0; j < limit; j++) {
-            VectorOps.axpy(s.scores[j], s.v, j * hd, acc, ao, hd);
+    private static int tile(int hd) {
+        return Math.max(2 * L, 4096 / hd / (2 * L) * (2 * L));
+    }
+
+    /**
+     * One page against the rows of KV head {@code kvh}: updates states {@code [base, base + rows.count)} of
+     * {@code st}, one tile of positions at a time (an online-softmax step per tile and row).
+     */
+    private static void page(Scratch s, KVPage page, int kvh, int hd, Rows rows, State st, int base) {
+        int used = Math.min(page.positions(), rows.lastPos() - page.firstPosition() + 1);
+        int tile = tile(hd);
+        for (int t0 = 0; t0 < used; t0 += tile) {
+            tile(s, page, t0, Math.min(tile, used - t0), kvh, hd, rows, st, base);
         }
     }
 
-    private static Scratch scratch(ThreadLocal<Scratch> tl, int pageSize, int hd, int nq) {
-        Scratch s = tl.get();
-        if (s == null) {
-            s = new Scratch();
-            tl.set(s);
+    /** Positions {@code [t0, t0 + n)} of a page against the rows. */
+    private static void tile(Scratch s, KVPage page, int t0, int n, int kvh, int hd, Rows rows, State st, int base) {
+        int first = page.firstPosition() + t0;
+        int stride = (n + 2 * L - 1) / (2 * L) * (2 * L);
+        s.ensure(stride, hd);
+        KvRows.keysTransposed(page, t0, n, kvh * hd, hd, s.kT, stride, s.tmp);
+        KvRows.values(page, t0, n, kvh * hd, hd, s.v);
+        for (int i = 0; i < rows.count(); i += 4) {
+            int g = Math.min(4, rows.count() - i);
+            int most = 0;
+            int least = Integer.MAX_VALUE;
+            for (int x = 0; x < g; x++) {
+                int lim = Math.max(0, Math.min(n, rows.pos()[i + x] - first + 1));
+                s.limit[x] = lim;
+                most = Math.max(most, lim);
+                least = Math.min(least, lim);
+            }
+            if (most == 0) {
+                continue;
+            }
+            scores4(s.kT, stride, hd, rows.q(), i, g, (most + 2 * L - 1) / (2 * L) * (2 * L), s.scores);
+            for (int x = 0; x < g; x++) {
+                int row = base + i + x;
+                int lim = s.limit[x];
+                if (lim == 0) {
+                    s.corr[x] = 1f;
+                    continue;
+                }
+                float m = st.max[row];
+                float tileMax = max(s.scores, x * stride, lim);
+                float newMax = Math.max(m, tileMax);
+                float corr = m == Float.NEGATIVE_INFINITY ? 0f : ExpOps.exp(m - newMax);
+                float tileSum = ExpOps.expInPlace(s.scores, x * stride, lim, newMax, s.lanes);
+                st.sum[row] = st.sum[row] * corr + tileSum;
+                st.max[row] = newMax;
+                s.corr[x] = corr;
+            }
+            if (hd % L == 0) {
+                values4(s, stride, hd, st.acc, (base + i) * hd, g, least);
+            } else {
+                for (int x = 0; x < g; x++) {
+                    int ao = (base + i + x) * hd;
+                    for (int d = 0; d < hd; d++) {
+                        st.acc[ao + d] *= s.corr[x];
+                    }
+                    for (int j = 0; j < s.limit[x]; j++) {
+                        float w = s.scores[x * stride + j];
+                        for (int d = 0; d < hd; d++) {
+                            st.acc[ao + d] = Math.fma(w, s.v[j * hd + d], st.acc[ao + d]);
+                        }
+                    }
+                }
+            }
         }
-        if (s.kT.length < pageSize * hd) {
-            s.kT = new float[pageSize * hd];
-            s.v = new float[pageSize * hd];
-            s.scores = new float[pageSize];
+    }
+
+    private static float max(float[] a, int o, int n) {
+        int bound = VectorOps.FLOATS.loopBound(n);
+        float m = Float.NEGATIVE_INFINITY;
+        int j = 0;
+        if (bound > 0) {
+            FloatVector acc = FloatVector.fromArray(VectorOps.FLOATS, a, o);
+            for (j = L; j < bound; j += L) {
+                acc = acc.max(FloatVector.fromArray(VectorOps.FLOATS, a, o + j));
+            }
+            m = acc.reduceLanes(VectorOperators.MAX);
         }
-        if (s.row.length < hd) {
-            s.row = new float[hd];
+        for (; j < n; j++) {
+            m = Math.max(m, a[o + j]);
         }
-        if (s.acc.length < nq * hd) {
-            s.acc = new float[nq * hd];
+        return m;
+    }
+
+    /**
+     * Scores of rows {@code [i, i + g)} (g &lt;= 4) over positions {@code [0, n)} ({@code n} a multiple of two vector
+     * lengths) into {@code out[x * stride + j]}: {@code sum_d q[(i + x) * hd + d] * kT[d * stride + j]}.
+     */
+    private static void scores4(float[] kT, int stride, int hd, float[] q, int i, int g, int n, float[] out) {
+        int q1 = (i + Math.min(1, g - 1)) * hd;
+        int q2 = (i + Math.min(2, g - 1)) * hd;
+        int q3 = (i + Math.min(3, g - 1)) * hd;
+        for (int j = 0; j < n; j += 2 * L) {
+            kernel4x2(kT, j, stride, q, i * hd, q1, q2, q3, hd, out, j, stride, g, null);
         }
-        if (s.max.length < nq) {
-            s.max = new float[nq];
-            s.sum = new float[nq];
+    }
+
+    /**
+     * {@code acc[x] = acc[x] * corr[x] + sum_j w[x][j] * v[j]} for rows {@code x < g} (weights in {@code s.scores},
+     * limits in {@code s.limit}): pairs of vectors of the head dimension through the micro-kernel over the positions
+     * every row sees, then each row's remaining positions; an odd last vector row by row. Every row's additions happen
+     * in position order either way.
+     */
+    private static void values4(Scratch s, int stride, int hd, float[] acc, int ao, int g, int least) {
+        int r1 = Math.min(1, g - 1);
+        int r2 = Math.min(2, g - 1);
+        int r3 = Math.min(3, g - 1);
+        int c = 0;
+        if (hd % (2 * L) == 0) {
+            for (; c < hd; c += 2 * L) {
+                kernel4x2(s.v, c, hd, s.scores, 0, r1 * stride, r2 * stride, r3 * stride, least, acc, ao + c, hd, g,
+                        s.corr);
+                rowTails(s, stride, hd, acc, ao, g, least, c, 2);
+            }
         }
-        return s;
+        for (; c < hd; c += L) {
+            for (int x = 0; x < g; x++) {
+                int o = ao + x * hd + c;
+                FloatVector.fromArray(VectorOps.FLOATS, acc, o).mul(s.corr[x]).intoArray(acc, o);
+            }
+            rowTails(s, stride, hd, acc, ao, g, 0, c, 1);
+        }
+    }
+
+    /**
+     * The register-blocked micro-kernel of both products: for rows {@code x < g} (at most 4) and two vectors
+     * {@code u}, {@code out[o + x * outStride + u * L ..] = init + sum_{k < inner} a[ao + k * aStep + u * L ..] *
+     * b[bx + k]}, where {@code bx} is {@code b0..b3} and {@code init} is zero, or the previous output times
+     * {@code scale[x]} when {@code scale} is given. Eight accumulators stay in registers: enough independent FMA
+     * chains to hide the FMA latency, and each step loads two vectors of {@code a} and four elements of {@code b} for
+     * eight FMAs. Missing rows repeat the last one and are not stored.
+     */
+    private static void kernel4x2(float[] a, int ao, int aStep, float[] b, int b0, int b1, int b2, int b3, int inner,
+                                  float[] out, int o, int outStride, int g, float[] scale) {
+        var sp = VectorOps.FLOATS;
+        int o1 = o + Math.min(1, g - 1) * outStride;
+        int o2 = o + Math.min(2, g - 1) * outStride;
+        int o3 = o + Math.min(3, g - 1) * outStride;
+        FloatVector a0 = FloatVector.zero(sp), a1 = a0, a2 = a0, a3 = a0;
+        FloatVector c0 = a0, c1 = a0, c2 = a0, c3 = a0;
+        if (scale != null) {
+            a0 = FloatVector.fromArray(sp, out, o).mul(scale[0]);
+            c0 = FloatVector.fromArray(sp, out, o + L).mul(scale[0]);
+            a1 = FloatVector.fromArray(sp, out, o1).mul(scale[Math.min(1, g - 1)]);
+            c1 = FloatVector.fromArray(sp, out, o1 + L).mul(scale[Math.min(1, g - 1)]);
+            a2 = FloatVector.fromArray(sp, out, o2).mul(scale[Math.min(2, g - 1)]);
+            c2 = FloatVector.fromArray(sp, out, o2 + L).mul(scale[Math.min(2, g - 1)]);
+            a3 = FloatVector.fromArray(sp, out, o3).mul(scale[Math.min(3, g - 1)]);
+            c3 = FloatVector.fromArray(sp, out, o3 + L).mul(scale[Math.min(3, g - 1)]);
+        }
+        for (int k = 0; k < inner; k++) {
+            int ak = ao + k * aStep;
+            FloatVector x = FloatVector.fromArray(sp, a, ak);
+            FloatVector y = FloatVector.fromArray(sp, a, ak + L);
+            FloatVector w0 = FloatVector.broadcast(sp, b[b0 + k]);
+            FloatVector w1 = FloatVector.broadcast(sp, b[b1 + k]);
+            FloatVector w2 = FloatVector.broadcast(sp, b[b2 + k]);
+            FloatVector w3 = FloatVector.broadcast(sp, b[b3 + k]);
+            a0 = x.fma(w0, a0);
+            a1 = x.fma(w1, a1);
+            a2 = x.fma(w2, a2);
+            a3 = x.fma(w3, a3);
+            c0 = y.fma(w0, c0);
+            c1 = y.fma(w1, c1);
+            c2 = y.fma(w2, c2);
+            c3 = y.fma(w3, c3);
+        }
+        a0.intoArray(out, o);
+        c0.intoArray(out, o + L);
+        if (g > 1) {
+            a1.intoArray(out, o1);
+            c1.intoArray(out, o1 + L);
+        }
+        if (g > 2) {
+            a2.intoArray(out, o2);
+            c2.intoArray(out, o2 + L);
+        }
+        if (g > 3) {
+            a3.intoArray(out, o3);
+            c3.intoArray(out, o3 + L);
+        }
+    }
+
+    /**
+     * The positions of rows {@code x < g} beyond {@code from} (the part of their limit not shared by all four), for
+     * {@code width} vectors of the head dimension at {@code c}.
+     */
+    private static void rowTails(Scratch s, int stride, int hd, float[] acc, int ao, int g, int from, int c, int width) {
+        var sp = VectorOps.FLOATS;
+        for (int x = 0; x < g; x++) {
+            for (int u = 0; u < width; u++) {
+                int o = ao + x * hd + c + u * L;
+                if (from >= s.limit[x]) {
+                    continue;
+                }
+                FloatVector a = FloatVector.fromArray(sp, acc, o);
+                for (int jj = from; jj < s.limit[x]; jj++) {
+                    a = FloatVector.fromArray(sp, s.v, jj * hd + c + u * L).fma(FloatVector.broadcast(sp, s.scores[x * stride + jj]), a);
+                }
+                a.intoArray(acc, o);
+            }
+        }
     }
 }

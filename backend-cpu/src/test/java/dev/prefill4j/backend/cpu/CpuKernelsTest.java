@@ -209,7 +209,10 @@ class CpuKernelsTest {
      */
     @ParameterizedTest
     @CsvSource({"5,0,8,4,8,4,F32,2", "70,0,4,2,16,16,F16,2", "1,99,8,2,8,32,F32,1", "40,25,6,3,64,7,F16,2",
-        "33,10,8,4,16,16,Q8_0,2", "5,3,8,4,8,4,Q8_0,1", "3,200,8,2,16,16,F16,2", "1,700,4,4,32,8,Q8_0,2"})
+        "33,10,8,4,16,16,Q8_0,2", "5,3,8,4,8,4,Q8_0,1", "3,200,8,2,16,16,F16,2", "1,700,4,4,32,8,Q8_0,2",
+        // Split schedule: few queries over many pages (more pages than chunks), odd page sizes, wide heads.
+        "1,3000,8,4,32,7,Q8_0,2", "64,2000,8,4,32,37,Q8_0,2", "7,1500,4,2,64,100,F16,2", "2,900,8,8,16,3,F32,1",
+        "65,300,8,4,32,16,Q8_0,2"})
     void pagedAttentionMatchesFp64(int queries, int startPos, int heads, int kvHeads, int hd, int pageSize,
                                    KVElementType type, int threads) {
         SplittableRandom rnd = new SplittableRandom(queries + startPos);
@@ -262,6 +265,56 @@ class CpuKernelsTest {
                     }
                     float got = out[(t * heads + h) * hd + i];
                     assertTrue(Math.abs(e - got) <= 2e-5, "query " + t + " head " + h + " dim " + i + ": " + got + " vs " + e);
+                }
+            }
+        }
+    }
+
+    /** The attention's exp against StrictMath over its domain: at most 2 ulp apart (measured: 1). */
+    @org.junit.jupiter.api.Test
+    void expIsWithinTwoUlpOfStrictMath() {
+        float[] a = new float[100_003];
+        float[] lanes = new float[VectorOps.FLOATS.length()];
+        for (int i = 0; i < a.length; i++) {
+            a[i] = -87f * i / (a.length - 1);
+        }
+        float[] x = a.clone();
+        float sum = ExpOps.expInPlace(a, 0, a.length, 0f, lanes);
+        double want = 0;
+        for (int i = 0; i < a.length; i++) {
+            float e = (float) StrictMath.exp(x[i]);
+            want += e;
+            assertTrue(Math.abs(a[i] - e) <= 2 * Math.ulp(e), x[i] + ": " + a[i] + " vs " + e);
+            assertEquals(a[i], ExpOps.exp(x[i]), "scalar and vector lanes agree bit for bit");
+        }
+        assertEquals(want, sum, 1e-5 * want);
+    }
+
+    /**
+     * A query verified inside a burst gets exactly the output it gets alone (burst verification is lossless only if
+     * the attention of a row does not depend on the other rows of its pass).
+     */
+    @ParameterizedTest
+    @CsvSource({"2000,16,Q8_0", "5000,256,F16", "40,4,F32"})
+    void aQueryInABurstGetsTheSameOutputAsAlone(int depth, int pageSize, KVElementType type) {
+        SplittableRandom rnd = new SplittableRandom(depth);
+        int heads = 8, kvHeads = 4, hd = 32, burst = 8;
+        int kvDim = kvHeads * hd;
+        ArrayCache cache = new ArrayCache(new KVConfig(1, kvDim, depth + burst, type, pageSize, Map.of()));
+        cache.append(0, 0, depth + burst, random(rnd, (depth + burst) * kvDim), random(rnd, (depth + burst) * kvDim));
+        float[] q = random(rnd, burst * heads * hd);
+        float[] all = new float[q.length];
+        float scale = (float) (1 / Math.sqrt(hd));
+        try (ComputeDevice d = new CpuBackend().create(new BackendContext(2))) {
+            AttentionKernel kernel = new CpuAttention().create(d);
+            kernel.attend(new AttentionRequest(q, burst, depth, cache, 0, heads, kvHeads, hd, scale, all));
+            for (int t = 0; t < burst; t++) {
+                float[] one = new float[heads * hd];
+                float[] qt = Arrays.copyOfRange(q, t * heads * hd, (t + 1) * heads * hd);
+                kernel.attend(new AttentionRequest(qt, 1, depth + t, cache, 0, heads, kvHeads, hd, scale, one));
+                for (int i = 0; i < one.length; i++) {
+                    assertEquals(Float.floatToRawIntBits(one[i]), Float.floatToRawIntBits(all[t * heads * hd + i]),
+                            "query " + t + " element " + i);
                 }
             }
         }

@@ -41,6 +41,35 @@ public interface KVCache extends AutoCloseable {
      */
     KVPage page(int layer, int index);
 
+    /**
+     * Announces that pages {@code [fromPage, toPage)} of {@code layer} will be read next, roughly in ascending order,
+     * each once, and each handed back with {@link #release}. A store below RAM starts reading ahead (so I/O overlaps
+     * attention); a store in RAM ignores it. A new call replaces the previous announcement; {@code fromPage ==
+     * toPage} cancels it (attention does so when it fails, so that no read-ahead waits on pages nobody will take).
+     *
+     * @param layer    layer index
+     * @param fromPage first page
+     * @param toPage   page after the last
+     * @since 0.1
+     */
+    default void readAhead(int layer, int fromPage, int toPage) {
+    }
+
+    /**
+     * Hands back a page obtained from {@link #page}: its segments are not used any more, and a store that reads
+     * ahead may reuse their memory. Pages may be released in any order and from any thread.
+     *
+     * @param page the page
+     * @since 0.1
+     */
+    default void release(KVPage page) {
+    }
+
+    /** {@return bytes read from storage below RAM so far; 0 for a store that keeps everything in RAM} @since 0.1 */
+    default long bytesRead() {
+        return 0;
+    }
+
     /** Forgets every position at or after {@code length}, in every layer. @param length positions kept */
     void truncate(int length);
 
