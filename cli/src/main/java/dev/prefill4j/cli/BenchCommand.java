@@ -2,8 +2,12 @@ package dev.prefill4j.cli;
 
 import dev.prefill4j.api.PrefillException;
 import dev.prefill4j.engine.Engine;
+import dev.prefill4j.engine.Generation;
+import dev.prefill4j.engine.Sampler;
+import dev.prefill4j.engine.SamplerConfig;
 import dev.prefill4j.engine.Session;
 import dev.prefill4j.engine.SessionOptions;
+import dev.prefill4j.engine.draft.PromptLookupDrafts;
 import dev.prefill4j.engine.model.LlamaConfig;
 import dev.prefill4j.engine.model.LlamaModel;
 import dev.prefill4j.engine.verify.Verification;
@@ -62,7 +66,9 @@ final class BenchCommand implements Callable<Integer> {
     int context;
 
     @Option(names = "--burst", paramLabel = "K", defaultValue = "1",
-            description = "Tokens verified per pass in the --context test (default: ${DEFAULT-VALUE}).")
+            description = "Tokens verified per pass: with --context, passes of K tokens are timed after passes of one; "
+                    + "and greedy generation with bursts of K is compared with plain greedy generation (ids, "
+                    + "acceptance, tokens/s) (default: ${DEFAULT-VALUE}).")
     int burst;
 
     @Option(names = "--json", description = "Print JSON.")
@@ -132,9 +138,7 @@ final class BenchCommand implements Callable<Integer> {
                 System.err.print("\r" + " ".repeat(40) + "\r");
                 double mean = Arrays.stream(tps).average().orElse(0);
                 double sd = Math.sqrt(Arrays.stream(tps).map(x -> (x - mean) * (x - mean)).sum() / Math.max(1, reps - 1));
-                double[] sorted = tps.clone();
-                Arrays.sort(sorted);
-                double median = reps % 2 == 1 ? sorted[reps / 2] : (sorted[reps / 2 - 1] + sorted[reps / 2]) / 2;
+                double median = median(tps);
                 // FLOPs of the whole test divided by its median time.
                 double flops = pp ? c.flops(0, n, 1) : c.flops(0, n, n);
                 double gflops = flops / (n / median) / 1e9;
@@ -163,7 +167,10 @@ final class BenchCommand implements Callable<Integer> {
                 results.add(row);
             }
             if (context > 0) {
-                results.add(depthTest(e, model, base, name));
+                results.addAll(depthTests(e, model, base, name));
+            }
+            if (burst > 1) {
+                results.add(burstGeneration(e, model, base, name));
             }
             // Calibrated after the timed runs, when the JIT's compiler threads no longer compete for the cores.
             System.err.print("measuring FP32 FMA peak and read bandwidth...");
@@ -197,11 +204,29 @@ final class BenchCommand implements Callable<Integer> {
                                 (double) row.get("percent_of_read_bandwidth"));
                     }
                     if (row.containsKey("kv_read_gb_s")) {
-                        System.out.printf(Locale.ROOT, "  %s (synthetic KV, %s store, %s): %.2f verified tokens/s, %.2f passes/s, "
-                                + "%.1f MB of KV per pass, %.2f GB/s of KV read; filled in %.1f s%n", row.get("test"),
-                                row.get("kv_store"), row.get("kv_type"), (double) row.get("verified_tokens_per_s"),
-                                (double) row.get("passes_per_s"), (long) row.get("kv_bytes_per_pass") / 1e6,
+                        System.out.printf(Locale.ROOT, "  %s (synthetic KV, %s store, %s, pages of %d): %.2f verified tokens/s "
+                                + "(median), %.2f passes/s, %.1f MB of KV %s per pass, %.2f GB/s; filled in %.1f s%n",
+                                row.get("test"), row.get("kv_store"), row.get("kv_type"), (int) row.get("kv_page_positions"),
+                                (double) row.get("verified_tokens_per_s"), (double) row.get("passes_per_s"),
+                                (long) row.get("kv_bytes_per_pass") / 1e6,
+                                (boolean) row.get("kv_bytes_read_from_storage") ? "read from storage" : "attended",
                                 (double) row.get("kv_read_gb_s"), (double) row.get("fill_seconds"));
+                        if (row.containsKey("direct_io_read_gb_s")) {
+                            System.out.printf(Locale.ROOT, "    plain direct-I/O sequential read of the same file: %.2f GB/s; "
+                                    + "this test reads at %.0f%% of it%n", (double) row.get("direct_io_read_gb_s"),
+                                    (double) row.get("percent_of_direct_io"));
+                        }
+                        if (row.containsKey("speedup_vs_burst1")) {
+                            System.out.printf(Locale.ROOT, "    bursts of %d: %.1fx the verified tokens/s of one token per pass%n",
+                                    (int) row.get("burst"), (double) row.get("speedup_vs_burst1"));
+                        }
+                    }
+                    if (row.containsKey("acceptance_rate")) {
+                        System.out.printf(Locale.ROOT, "  %s: same ids as greedy; %d passes, %.0f%% of drafts accepted, %.2f tokens per "
+                                + "pass, %.2f accepted tokens/s vs %.2f greedy (%.2fx)%n", row.get("test"),
+                                (int) row.get("passes"), 100 * (double) row.get("acceptance_rate"),
+                                (double) row.get("tokens_per_pass"), (double) row.get("accepted_tokens_per_s"),
+                                (double) row.get("greedy_tokens_per_s"), (double) row.get("speedup_vs_greedy"));
                     }
                 }
             }
@@ -226,52 +251,129 @@ final class BenchCommand implements Callable<Integer> {
     }
 
     /**
-     * Decode at depth: synthetic KV to {@link #context} positions, then {@code -n} passes (at least 4) of
-     * {@link #burst} tokens each, truncating back to the depth after every pass so all passes see the same depth.
+     * Decode at depth, in one session so the two are compared within one run: the KV cache is filled with synthetic
+     * K/V to {@link #context} positions, then {@code -n} passes (at least 4, after a warm-up) of one token, then, with
+     * {@code --burst K}, as many passes of K tokens; after every pass the cache is truncated back to the depth so
+     * all passes see the same one. Each pass is timed on its own (median reported). A store that reads from disk
+     * reports the bytes it read per pass and, as a baseline, its own direct-I/O sequential read of the same file.
      */
-    private Map<String, Object> depthTest(Engine e, LlamaModel model, SessionOptions base, String name) {
+    private List<Map<String, Object>> depthTests(Engine e, LlamaModel model, SessionOptions base, String name) {
         LlamaConfig c = model.config();
         if (burst < 1) {
             throw new PrefillException(PrefillException.Code.ARGUMENT, "--burst must be at least 1");
         }
         int passes = Math.max(4, gen);
         SessionOptions o = base.withContextLength(context + burst);
-        Map<String, Object> row = new LinkedHashMap<>();
+        List<Map<String, Object>> rows = new ArrayList<>();
         try (Session s = e.newSession(model, o)) {
             Progress fill = new Progress("filling " + context + " positions of synthetic KV");
             long f0 = System.nanoTime();
             s.fillSyntheticKv(context, 7, fill);
             fill.done();
             double fillSeconds = (System.nanoTime() - f0) / 1e9;
-            int[] ids = new SplittableRandom(5).ints(burst, 3, c.vocab()).toArray();
-            s.prefill(ids, burst > 1); // warm-up pass
-            s.truncate(context);
-            long t0 = System.nanoTime();
-            for (int i = 0; i < passes; i++) {
-                System.err.printf("\rbench depth %d burst %d: pass %d/%d ", context, burst, i + 1, passes);
-                s.prefill(ids, burst > 1);
+            for (int k : burst > 1 ? new int[] {1, burst} : new int[] {1}) {
+                int[] ids = new SplittableRandom(5).ints(k, 3, c.vocab()).toArray();
+                s.prefill(ids, k > 1); // warm-up pass
                 s.truncate(context);
+                double[] tps = new double[passes];
+                long read0 = s.cache().bytesRead();
+                for (int i = 0; i < passes; i++) {
+                    System.err.printf("\rbench depth %d burst %d: pass %d/%d ", context, k, i + 1, passes);
+                    long t0 = System.nanoTime();
+                    s.prefill(ids, k > 1);
+                    tps[i] = k * 1e9 / (System.nanoTime() - t0);
+                    s.truncate(context);
+                }
+                long read = s.cache().bytesRead() - read0;
+                System.err.print("\r" + " ".repeat(50) + "\r");
+                double median = median(tps);
+                double mean = Arrays.stream(tps).average().orElse(0);
+                long kvBytes = read > 0 ? read / passes : (long) c.layers() * 2 * context * o.kvType().rowBytes(c.kvDim());
+                Map<String, Object> row = new LinkedHashMap<>();
+                row.put("model", name);
+                row.put("test", "depth" + context + "_burst" + k);
+                row.put("kv_store", e.kvStore().id());
+                row.put("kv_type", o.kvType().name().toLowerCase(Locale.ROOT));
+                row.put("kv_page_positions", s.cache().config().pageSize());
+                row.put("synthetic_kv", true);
+                row.put("fill_seconds", fillSeconds);
+                row.put("passes", passes);
+                row.put("burst", k);
+                row.put("verified_tokens_per_s", median);
+                row.put("passes_per_s", median / k);
+                row.put("kv_bytes_per_pass", kvBytes);
+                row.put("kv_bytes_read_from_storage", read > 0);
+                row.put("kv_read_gb_s", kvBytes * (median / k) / 1e9);
+                row.put("gflops", c.flops(context, k, 1) * (median / k) / 1e9);
+                row.put("tokens_per_s_mean", mean);
+                row.put("tokens_per_s_sd", Math.sqrt(Arrays.stream(tps).map(x -> (x - mean) * (x - mean)).sum()
+                        / Math.max(1, passes - 1)));
+                row.put("tokens_per_s_median", median);
+                row.put("samples", tps);
+                if (k > 1) {
+                    row.put("speedup_vs_burst1", median / (double) rows.get(0).get("verified_tokens_per_s"));
+                }
+                rows.add(row);
             }
-            double seconds = (System.nanoTime() - t0) / 1e9;
-            System.err.print("\r" + " ".repeat(50) + "\r");
-            long kvBytes = (long) c.layers() * 2 * context * o.kvType().rowBytes(c.kvDim());
-            row.put("model", name);
-            row.put("test", "depth" + context + "_burst" + burst);
-            row.put("kv_store", e.kvStore().id());
-            row.put("kv_type", o.kvType().name().toLowerCase(Locale.ROOT));
-            row.put("synthetic_kv", true);
-            row.put("fill_seconds", fillSeconds);
-            row.put("passes", passes);
-            row.put("verified_tokens_per_s", passes * burst / seconds);
-            row.put("passes_per_s", passes / seconds);
-            row.put("kv_bytes_per_pass", kvBytes);
-            row.put("kv_read_gb_s", kvBytes * passes / seconds / 1e9);
-            row.put("gflops", c.flops(context, burst, 1) * passes / seconds / 1e9);
-            row.put("tokens_per_s_mean", passes * burst / seconds);
-            row.put("tokens_per_s_sd", 0.0);
-            row.put("tokens_per_s_median", passes * burst / seconds);
+            var baseline = s.cache().sequentialReadSpeed(4L << 30);
+            if (baseline.isPresent()) {
+                System.err.print("measuring a plain direct-I/O sequential read of the KV file...");
+                for (Map<String, Object> row : rows) {
+                    row.put("direct_io_read_gb_s", baseline.getAsDouble() / 1e9);
+                    row.put("percent_of_direct_io", 100 * (double) row.get("kv_read_gb_s") / (baseline.getAsDouble() / 1e9));
+                }
+                System.err.print("\r" + " ".repeat(70) + "\r");
+            }
         }
+        return rows;
+    }
+
+    /**
+     * Burst verification on real tokens: greedy generation from the prompt with and without bursts of
+     * {@link #burst}, in one run: ids must match, and the row reports acceptance and accepted tokens per second.
+     */
+    private Map<String, Object> burstGeneration(Engine e, LlamaModel model, SessionOptions base, String name) {
+        int n = Math.max(64, gen);
+        String prompt = "Once upon a time";
+        SessionOptions o = base.withContextLength(Math.min(model.config().contextLength(), 1024));
+        Generation plain;
+        dev.prefill4j.engine.BurstGeneration b;
+        System.err.print("bench burst generation (greedy, then bursts of " + burst + ")...");
+        try (Session s = e.newSession(model, o)) {
+            plain = s.generate(prompt, n, new Sampler(SamplerConfig.greedy()), true, false, null);
+        }
+        try (Session s = e.newSession(model, o)) {
+            b = s.generateWithBursts(prompt, n, burst, PromptLookupDrafts.defaults(), true, null);
+        }
+        System.err.print("\r" + " ".repeat(70) + "\r");
+        if (!Arrays.equals(plain.generatedIds(), b.generation().generatedIds())) {
+            throw new PrefillException(PrefillException.Code.ARGUMENT, "burst verification produced other tokens than "
+                    + "greedy decoding; please report this");
+        }
+        Map<String, Object> row = new LinkedHashMap<>();
+        double tps = b.generation().decodeTokensPerSecond();
+        row.put("model", name);
+        row.put("test", "gen" + n + "_burst" + burst);
+        row.put("burst", burst);
+        row.put("same_ids_as_greedy", true);
+        row.put("passes", b.passes());
+        row.put("acceptance_rate", b.acceptanceRate());
+        row.put("tokens_per_pass", b.tokensPerPass());
+        row.put("accepted_tokens_per_s", tps);
+        row.put("greedy_tokens_per_s", plain.decodeTokensPerSecond());
+        row.put("speedup_vs_greedy", tps / plain.decodeTokensPerSecond());
+        row.put("tokens_per_s_mean", tps);
+        row.put("tokens_per_s_sd", 0.0);
+        row.put("tokens_per_s_median", tps);
+        row.put("gflops", model.config().flops(plain.promptIds().length, n, n) * tps / n / 1e9);
         return row;
+    }
+
+    private static double median(double[] v) {
+        double[] sorted = v.clone();
+        Arrays.sort(sorted);
+        int n = sorted.length;
+        return n % 2 == 1 ? sorted[n / 2] : (sorted[n / 2 - 1] + sorted[n / 2]) / 2;
     }
 
     /** {@return the process's peak resident set (VmHWM) in bytes, or -1 where /proc is not available} */

@@ -47,6 +47,26 @@ final class EngineOptions {
             description = "Directory for the ssd KV store's file (with --kv ssd); it must support direct I/O.")
     java.nio.file.Path kvDir;
 
+    @Option(names = "--kv-keep", paramLabel = "NAME",
+            description = "Keep the ssd KV cache after the run as NAME.p4kv (+ NAME.p4kv.meta) in --kv-dir, with the "
+                    + "session's tokens, so that --kv-resume NAME continues it later.")
+    String kvKeep;
+
+    @Option(names = "--kv-resume", paramLabel = "NAME",
+            description = "Reopen the ssd KV cache kept as NAME in --kv-dir and continue where it stopped (output "
+                    + "identical to an uninterrupted run); it stays kept, updated. A cache whose process did not close "
+                    + "it cleanly is refused.")
+    String kvResume;
+
+    @Option(names = "--kv-ring", paramLabel = "MiB", defaultValue = "128",
+            description = "Size of each of the ssd store's two read-ahead rings, K and V (default: ${DEFAULT-VALUE}).")
+    int kvRingMiB;
+
+    @Option(names = "--kv-page", paramLabel = "N", defaultValue = "0",
+            description = "KV page size in positions; 0 lets the KV store choose (memory: 256; ssd: what fills a "
+                    + "256 KiB slot) (default: ${DEFAULT-VALUE}).")
+    int kvPage;
+
     @Option(names = "--kv-type", paramLabel = "TYPE", defaultValue = "f16",
             description = "KV cache element type: f32, f16 or q8_0 (default: ${DEFAULT-VALUE}).")
     String kvType;
@@ -76,8 +96,29 @@ final class EngineOptions {
             default -> throw new PrefillException(PrefillException.Code.ARGUMENT,
                     "unknown --activations '" + activations + "'; use f32 or quantized");
         };
-        SessionOptions o = SessionOptions.defaults().withKvType(kvElementType()).withContextLength(ctx).withActivations(mode);
-        return kvDir == null ? o : o.withKvOptions(java.util.Map.of("dir", kvDir.toString()));
+        if (kvPage < 0) {
+            throw new PrefillException(PrefillException.Code.ARGUMENT, "--kv-page must be 0 (the store's choice) or more");
+        }
+        if (kvKeep != null && kvResume != null) {
+            throw new PrefillException(PrefillException.Code.ARGUMENT, "use --kv-keep NAME to start a kept cache or "
+                    + "--kv-resume NAME to continue one, not both");
+        }
+        java.util.Map<String, String> kv = new java.util.HashMap<>();
+        if (kvDir != null) {
+            kv.put("dir", kvDir.toString());
+        }
+        if (kvKeep != null || kvResume != null) {
+            kv.put("keep", kvKeep != null ? kvKeep : kvResume);
+            kv.put("resume", Boolean.toString(kvResume != null));
+        }
+        kv.put("ringMiB", Integer.toString(kvRingMiB));
+        return SessionOptions.defaults().withKvType(kvElementType()).withContextLength(ctx).withActivations(mode)
+                .withPageSize(kvPage).withKvOptions(kv);
+    }
+
+    /** {@return whether the run continues a kept cache (--kv-resume)} */
+    boolean resuming() {
+        return kvResume != null;
     }
 
     Engine openEngine() {

@@ -96,13 +96,23 @@ final class RunCommand implements Callable<Integer> {
             java.util.function.IntConsumer sink = stream == null ? null : id -> stream.write(model.tokenizer().bytes(id));
             BurstGeneration bursts = null;
             Generation g;
+            if (engine.resuming() && logitsOut != null) {
+                throw new PrefillException(PrefillException.Code.ARGUMENT, "--logits-out writes prompt logits; a "
+                        + "resumed run has no prompt");
+            }
             if (burst > 1) {
                 if (temperature != 0 || logitsOut != null) {
                     throw new PrefillException(PrefillException.Code.ARGUMENT,
                             "--burst verifies greedy choices: use it with --temp 0 and without --logits-out");
                 }
-                bursts = session.generateWithBursts(prompt, nPredict, burst, PromptLookupDrafts.defaults(), !stopAtEos, sink);
+                bursts = engine.resuming()
+                        ? session.resumeWithBursts(nPredict, burst, PromptLookupDrafts.defaults(), !stopAtEos, sink)
+                        : session.generateWithBursts(prompt, nPredict, burst, PromptLookupDrafts.defaults(), !stopAtEos,
+                                sink);
                 g = bursts.generation();
+            } else if (engine.resuming()) {
+                // The kept session's sampler continues its random sequence unless a seed is given.
+                g = session.resume(nPredict, seed != null ? sampler : null, !stopAtEos, sink);
             } else {
                 g = session.generate(prompt, nPredict, sampler, !stopAtEos, logitsOut != null, sink);
             }
@@ -119,7 +129,9 @@ final class RunCommand implements Callable<Integer> {
                 doc.put("activations", options.activations().name().toLowerCase(Locale.ROOT));
                 doc.put("seed", samplingSeed);
                 doc.put("temperature", temperature);
-                doc.put("prompt", prompt);
+                doc.put("prompt", engine.resuming() ? null : prompt);
+                doc.put("resumed", engine.resuming());
+                doc.put("position", session.position());
                 doc.put("prompt_ids", g.promptIds());
                 doc.put("generated_ids", g.generatedIds());
                 doc.put("text", g.text());

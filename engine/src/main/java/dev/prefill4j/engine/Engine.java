@@ -187,8 +187,10 @@ public final class Engine implements AutoCloseable {
             throw new PrefillException(PrefillException.Code.ARGUMENT, "KV store '" + kvStore.id() + "' does not hold "
                     + options.kvType() + " elements; it holds " + kvStore.elementTypes());
         }
-        KVConfig kv = new KVConfig(c.layers(), c.kvDim(), capacity, options.kvType(),
-                Math.min(options.pageSize(), capacity), options.kvOptions());
+        int pageSize = options.pageSize() > 0 ? options.pageSize()
+                : kvStore.preferredPageSize(options.kvType(), c.kvDim());
+        KVConfig kv = new KVConfig(c.layers(), c.kvDim(), capacity, options.kvType(), Math.min(pageSize, capacity),
+                options.kvOptions());
         return new Session(model, device, kernel, kvStore.open(kv), capacity, Math.min(options.chunkSize(), capacity),
                 activationFormats(model, options.activations()));
     }

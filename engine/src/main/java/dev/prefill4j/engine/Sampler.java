@@ -13,11 +13,36 @@ import java.util.SplittableRandom;
 public final class Sampler {
     private final SamplerConfig config;
     private final SplittableRandom random;
+    private long draws;
 
     /** @param config the settings */
     public Sampler(SamplerConfig config) {
+        this(config, 0);
+    }
+
+    /**
+     * A sampler that continues another's random sequence: the same settings, {@code draws} numbers already drawn.
+     *
+     * @param config the settings
+     * @param draws  random numbers the continued sampler had drawn ({@link #draws()})
+     */
+    public Sampler(SamplerConfig config, long draws) {
         this.config = config;
         this.random = new SplittableRandom(config.seed());
+        for (long i = 0; i < draws; i++) {
+            random.nextDouble();
+        }
+        this.draws = draws;
+    }
+
+    /** {@return the settings} */
+    public SamplerConfig config() {
+        return config;
+    }
+
+    /** {@return random numbers drawn so far (one per non-greedy sample)} */
+    public long draws() {
+        return draws;
     }
 
     /** {@return the index of the highest logit; the lowest index wins ties} @param logits the logits */
@@ -67,6 +92,7 @@ public final class Sampler {
                 sum += p[i];
             }
         }
+        draws++;
         double r = random.nextDouble() * sum;
         for (int i = 0; i < keep; i++) {
             r -= p[i];

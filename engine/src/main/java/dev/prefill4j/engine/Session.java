@@ -39,6 +39,12 @@ public final class Session implements AutoCloseable {
     private final int capacity;
     private final int chunk;
     private int position;
+    /** Tokens whose K/V the cache holds, in order ({@code [0, position)}); -1 for synthetic positions. */
+    private int[] history = new int[256];
+    /** The next token to feed: already handed to the caller, not yet in the cache; -1 if none. */
+    private int pending = -1;
+    /** The sampler of the last generation, kept with a persistent cache so a resumed session draws on. */
+    private Sampler sampler;
     // Activation buffers, sized once for a full chunk.
     private final float[] x;
     private final float[] xb;
@@ -75,6 +81,7 @@ public final class Session implements AutoCloseable {
         this.quantized = activationFormats.isEmpty() ? null : new float[chunk * widest];
         long rowBytes = activationFormats.values().stream().mapToLong(q -> q.blockBytes() * (long) widest).max().orElse(0);
         this.quantizedRow = activationFormats.isEmpty() ? null : Arena.ofAuto().allocate(Math.max(1, rowBytes));
+        cache.savedState().ifPresent(this::restore);
     }
 
     /** {@return positions processed so far} */
@@ -119,6 +126,7 @@ public final class Session implements AutoCloseable {
         for (int start = 0; start < tokens.length; start += chunk) {
             int n = Math.min(chunk, tokens.length - start);
             boolean last = start + n == tokens.length;
+            remember(tokens, start, n);
             forward(tokens, start, n);
             if (allLogits) {
                 logits(0, n, logits, start);
@@ -179,7 +187,58 @@ public final class Session implements AutoCloseable {
         }
         long t2 = System.nanoTime();
         int[] gen = Arrays.copyOf(out, produced);
-        return new Generation(ids, gen, model.tokenizer().decode(gen), keepLogits ? logits : null, t1 - t0, t2 - t1);
+        this.sampler = sampler;
+        pending = produced > 0 ? gen[produced - 1] : -1;
+        return new Generation(ids, gen, model.tokenizer().decode(gen), keepLogits ? logits : null, t1 - t0, t2 - t1,
+                Math.max(0, produced - 1));
+    }
+
+    /**
+     * Continues generating after the last generated token: feeds it, samples the next, and so on, {@code maxTokens}
+     * times. The output is what an uninterrupted {@link #generate} with {@code maxTokens} more tokens would have
+     * produced, also across processes when the session was reopened from a kept KV cache.
+     *
+     * @param maxTokens tokens to generate
+     * @param sampler   how to pick them; {@code null} continues with the sampler of the last generation (restored
+     *                  with its position in the random sequence for a reopened session; greedy if there was none)
+     * @param ignoreEos keep going after EOS
+     * @param onToken   called with each generated id; may be {@code null}
+     * @return the new ids and timings (no prompt)
+     * @throws PrefillException ({@code P4J-ARG}) if no generated token is waiting to be fed
+     */
+    public Generation resume(int maxTokens, Sampler sampler, boolean ignoreEos, IntConsumer onToken) {
+        requirePending(maxTokens);
+        Sampler use = sampler != null ? sampler : this.sampler != null ? this.sampler
+                : new Sampler(SamplerConfig.greedy());
+        int[] out = new int[maxTokens];
+        int produced = 0;
+        long t0 = System.nanoTime();
+        while (produced < maxTokens) {
+            int next = use.sample(decode(pending));
+            out[produced++] = next;
+            pending = next;
+            if (onToken != null) {
+                onToken.accept(next);
+            }
+            if (next == model.tokenizer().eos() && !ignoreEos) {
+                break;
+            }
+        }
+        long t1 = System.nanoTime();
+        this.sampler = use;
+        int[] gen = Arrays.copyOf(out, produced);
+        return new Generation(new int[0], gen, model.tokenizer().decode(gen), null, 0, t1 - t0, produced);
+    }
+
+    private void requirePending(int maxTokens) {
+        if (pending < 0) {
+            throw new PrefillException(PrefillException.Code.ARGUMENT, "nothing to continue: no generated token is "
+                    + "waiting (generate at least one token first, or resume a kept session that did)");
+        }
+        if ((long) position + maxTokens + 1 > capacity) {
+            throw new PrefillException(PrefillException.Code.CONTEXT, maxTokens + " more tokens at position " + position
+                    + " exceed the context of " + capacity + " positions; lower -n");
+        }
     }
 
     /**
@@ -200,50 +259,85 @@ public final class Session implements AutoCloseable {
     public BurstGeneration generateWithBursts(String prompt, int maxTokens, int burst,
                                               DraftSource drafts, boolean ignoreEos,
                                               IntConsumer onToken) {
-        if (burst < 1) {
-            throw new PrefillException(PrefillException.Code.ARGUMENT, "--burst must be at least 1, got " + burst);
-        }
+        checkBurst(burst);
         int[] ids = model.tokenizer().encode(prompt);
         if ((long) position + ids.length + maxTokens + burst > capacity) {
             throw new PrefillException(PrefillException.Code.CONTEXT, "the prompt (" + ids.length + " tokens) plus "
                     + maxTokens + " to generate and a burst of " + burst + " exceed the context of " + capacity
                     + " positions; shorten the prompt, lower -n or raise -c");
         }
-        int[] history = Arrays.copyOf(ids, ids.length + maxTokens + burst);
-        int length = ids.length;
         long t0 = System.nanoTime();
-        int pending = Sampler.argmax(prefill(ids, false));
+        int first = Sampler.argmax(prefill(ids, false));
         long t1 = System.nanoTime();
+        return bursts(ids, first, false, maxTokens, burst, drafts, ignoreEos, onToken, t1 - t0);
+    }
+
+    /**
+     * {@link #resume} with burst verification: greedy, the same output as {@code resume} with a greedy sampler.
+     *
+     * @param maxTokens tokens to generate
+     * @param burst     tokens verified per pass, at least 1
+     * @param drafts    where proposals come from
+     * @param ignoreEos keep going after EOS
+     * @param onToken   called with each accepted id in order; may be {@code null}
+     * @return the generation (no prompt) and the drafting statistics
+     */
+    public BurstGeneration resumeWithBursts(int maxTokens, int burst, DraftSource drafts, boolean ignoreEos,
+                                            IntConsumer onToken) {
+        checkBurst(burst);
+        requirePending(maxTokens + burst);
+        return bursts(new int[0], pending, true, maxTokens, burst, drafts, ignoreEos, onToken, 0);
+    }
+
+    private static void checkBurst(int burst) {
+        if (burst < 1) {
+            throw new PrefillException(PrefillException.Code.ARGUMENT, "--burst must be at least 1, got " + burst);
+        }
+    }
+
+    /**
+     * The verification loop. {@code next} is the greedy token to feed first; {@code emitted} says whether the caller
+     * has it already (a resumed session) or it is the first output. At the end the last output token is pending:
+     * handed out, not yet in the cache.
+     */
+    private BurstGeneration bursts(int[] promptIds, int next, boolean emitted, int maxTokens, int burst,
+                                   DraftSource drafts, boolean ignoreEos, IntConsumer onToken, long prefillNanos) {
+        int[] out = new int[maxTokens];
         int produced = 0;
         int passes = 0;
         int proposed = 0;
         int accepted = 0;
         int vocab = c.vocab();
-        boolean stop = false;
-        while (!stop) {
-            // The pending token is accepted by construction (greedy choice of the previous pass).
-            history[length++] = pending;
-            produced++;
-            if (onToken != null) {
-                onToken.accept(pending);
+        long t0 = System.nanoTime();
+        int pend = next;
+        boolean skipEmit = emitted;
+        while (produced < maxTokens) {
+            if (!skipEmit) {
+                out[produced++] = pend;
+                if (onToken != null) {
+                    onToken.accept(pend);
+                }
+                if (produced == maxTokens || (pend == model.tokenizer().eos() && !ignoreEos)) {
+                    break;
+                }
             }
-            if (produced == maxTokens || (pending == model.tokenizer().eos() && !ignoreEos)) {
-                break;
-            }
-            int[] draft = drafts.propose(history, length, Math.min(burst - 1, maxTokens - produced));
+            skipEmit = false;
+            // Drafts look at everything the model has seen plus the pending token.
+            ensureHistory(position + 1);
+            history[position] = pend;
+            int[] draft = drafts.propose(history, position + 1, Math.min(burst - 1, maxTokens - produced));
             int[] batch = new int[1 + draft.length];
-            batch[0] = pending;
+            batch[0] = pend;
             System.arraycopy(draft, 0, batch, 1, draft.length);
             int base = position;
             float[] logits = prefill(batch, true);
             passes++;
             proposed += draft.length;
             int a = 0;
+            boolean stop = false;
             while (a < draft.length && Sampler.argmax(slice(logits, a, vocab)) == draft[a]) {
-                int token = draft[a];
-                history[length++] = token;
-                produced++;
-                a++;
+                int token = draft[a++];
+                out[produced++] = token;
                 if (onToken != null) {
                     onToken.accept(token);
                 }
@@ -253,13 +347,22 @@ public final class Session implements AutoCloseable {
                 }
             }
             accepted += a;
+            if (stop) {
+                // The last output token is left pending (out of the cache), as after generate.
+                cut(base + a);
+                pend = draft[a - 1];
+                break;
+            }
             // Keep the KV of the pending token and the accepted drafts; forget the rejected drafts.
-            truncate(base + 1 + a);
-            pending = Sampler.argmax(slice(logits, a, vocab));
+            cut(base + 1 + a);
+            pend = Sampler.argmax(slice(logits, a, vocab));
         }
-        long t2 = System.nanoTime();
-        int[] gen = Arrays.copyOfRange(history, ids.length, ids.length + produced);
-        Generation g = new Generation(ids, gen, model.tokenizer().decode(gen), null, t1 - t0, t2 - t1);
+        long t1 = System.nanoTime();
+        pending = produced > 0 || emitted ? pend : -1;
+        sampler = new Sampler(SamplerConfig.greedy());
+        int[] gen = Arrays.copyOf(out, produced);
+        Generation g = new Generation(promptIds, gen, model.tokenizer().decode(gen), null, prefillNanos, t1 - t0,
+                emitted ? produced : Math.max(0, produced - 1));
         return new BurstGeneration(g, passes, proposed, accepted);
     }
 
@@ -295,6 +398,8 @@ public final class Session implements AutoCloseable {
                 }
                 cache.append(l, position + done, n, kb, vb);
             }
+            ensureHistory(position + done + n);
+            Arrays.fill(history, position + done, position + done + n, -1);
             if (progress != null) {
                 progress.accept((double) (done + n) / positions);
             }
@@ -308,11 +413,28 @@ public final class Session implements AutoCloseable {
      * @param length positions kept, at most {@link #position()}
      */
     public void truncate(int length) {
+        cut(length);
+        pending = -1;
+    }
+
+    private void cut(int length) {
         if (length < 0 || length > position) {
             throw new IllegalArgumentException("cannot truncate " + position + " positions to " + length);
         }
         cache.truncate(length);
         position = length;
+    }
+
+    private void ensureHistory(int n) {
+        if (history.length < n) {
+            history = Arrays.copyOf(history, Math.max(n, 2 * history.length));
+        }
+    }
+
+    /** Records the tokens about to be fed at the current position. */
+    private void remember(int[] tokens, int start, int n) {
+        ensureHistory(position + n);
+        System.arraycopy(tokens, start, history, position, n);
     }
 
     private void forward(int[] tokens, int start, int n) {
@@ -403,9 +525,51 @@ public final class Session implements AutoCloseable {
         }
     }
 
-    /** Frees the KV cache. */
+    /**
+     * Frees the KV cache; a persistent one (for example {@code --kv-keep}) is closed with this session's state (its
+     * tokens, the pending token, the sampler and a fingerprint of the model) so that a later session can reopen it
+     * and {@link #resume} where this one stopped.
+     */
     @Override
     public void close() {
-        cache.close();
+        try {
+            if (cache.persistent()) {
+                cache.saveState(new SessionState(fingerprint(), Arrays.copyOf(history, position), pending, sampler)
+                        .encode());
+            }
+        } finally {
+            cache.close();
+        }
+    }
+
+    /** Takes over the state of the session that kept this cache; refuses one made with another model. */
+    private void restore(byte[] bytes) {
+        SessionState st = SessionState.decode(bytes);
+        if (st.fingerprint() != fingerprint()) {
+            cache.close();
+            throw new PrefillException(PrefillException.Code.ARGUMENT, "the kept KV cache was made with another model "
+                    + "(its fingerprint differs from " + model.source() + "); resume it with the model that made it");
+        }
+        for (int l = 0; l < c.layers(); l++) {
+            if (cache.length(l) != st.tokens().length) {
+                cache.close();
+                throw new PrefillException(PrefillException.Code.IO, "the kept KV cache holds " + cache.length(l)
+                        + " positions in layer " + l + " but its session state says " + st.tokens().length
+                        + "; it is damaged: delete it and start over");
+            }
+        }
+        position = st.tokens().length;
+        ensureHistory(position + 1);
+        System.arraycopy(st.tokens(), 0, history, 0, position);
+        pending = st.pending();
+        sampler = st.sampler();
+    }
+
+    /** A fingerprint of the model: its geometry and the bytes of its token embedding (CRC32C). */
+    private long fingerprint() {
+        java.util.zip.CRC32C crc = new java.util.zip.CRC32C();
+        crc.update(c.toString().getBytes(java.nio.charset.StandardCharsets.UTF_8));
+        crc.update(model.embedding().data().asByteBuffer());
+        return crc.getValue();
     }
 }

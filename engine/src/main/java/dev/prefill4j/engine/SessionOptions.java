@@ -10,7 +10,7 @@ import java.util.Map;
  * @param kvType        KV cache element type
  * @param contextLength positions the session may hold; 0 means the model's trained context length
  * @param chunkSize     prefill chunk in tokens: memory for activations is bounded by it
- * @param pageSize      KV page size in positions
+ * @param pageSize      KV page size in positions; 0 lets the KV store choose ({@code KVStore.preferredPageSize})
  * @param kvOptions     options passed to the KV store
  * @param activations   how activations meet the weights in every projection
  * @since 0.1
@@ -39,7 +39,7 @@ public record SessionOptions(KVElementType kvType, int contextLength, int chunkS
 
     /** Validates the values. */
     public SessionOptions {
-        if (contextLength < 0 || chunkSize < 1 || pageSize < 1) {
+        if (contextLength < 0 || chunkSize < 1 || pageSize < 0) {
             throw new IllegalArgumentException("bad session options: context " + contextLength + ", chunk "
                     + chunkSize + ", page " + pageSize);
         }
@@ -47,9 +47,9 @@ public record SessionOptions(KVElementType kvType, int contextLength, int chunkS
         java.util.Objects.requireNonNull(activations, "activations");
     }
 
-    /** {@return F16 KV, the model's context, chunks of 512, pages of 256, float32 activations} */
+    /** {@return F16 KV, the model's context, chunks of 512, the KV store's page size, float32 activations} */
     public static SessionOptions defaults() {
-        return new SessionOptions(KVElementType.F16, 0, 512, 256, Map.of(), Activations.F32);
+        return new SessionOptions(KVElementType.F16, 0, 512, 0, Map.of(), Activations.F32);
     }
 
     /** {@return a copy with another KV element type} @param type the type */
@@ -67,7 +67,7 @@ public record SessionOptions(KVElementType kvType, int contextLength, int chunkS
         return new SessionOptions(kvType, contextLength, chunkSize, pageSize, options, activations);
     }
 
-    /** {@return a copy with another page size} @param positions positions per KV page */
+    /** {@return a copy with another page size} @param positions positions per KV page; 0 for the store's choice */
     public SessionOptions withPageSize(int positions) {
         return new SessionOptions(kvType, contextLength, chunkSize, positions, kvOptions, activations);
     }

@@ -90,10 +90,11 @@ class SsdKVStoreTest {
             assertEquals(4 * 32 * 0.25f, got[0]);
             Path file = files().get(0);
             assertEquals("rw-------", PosixFilePermissions.toString(Files.getPosixFilePermissions(file)));
-            // Layer 1, page 0 is slot 16 (2 layers x 16 pages); flip a byte of its payload, after the 64-byte header.
-            long slot = 16384; // 64-byte header + K and V of 4 positions x 32 floats, rounded up to 16 KiB
+            // Slots run K, V per page and pages per layer: layer 1, page 0 starts at slot 2 x 16 pages; flip a byte of
+            // its V payload, after the 64-byte header.
+            long slot = 16384; // 64-byte header + 4 positions x 32 floats, rounded up to 16 KiB
             try (FileChannel ch = FileChannel.open(file, StandardOpenOption.READ, StandardOpenOption.WRITE)) {
-                long at = 16 * slot + 64 + 100;
+                long at = (2 * 16 + 1) * slot + 64 + 100;
                 java.nio.ByteBuffer one = java.nio.ByteBuffer.allocate(1);
                 ch.read(one, at);
                 one.flip();
@@ -102,8 +103,13 @@ class SsdKVStoreTest {
             }
             KVCache c = cache;
             PrefillException e = assertThrows(PrefillException.class, () -> c.page(1, 0));
-            assertTrue(e.getMessage().contains("page 0 of layer 1 (positions 0..3)") && e.getMessage().contains("CRC32C"),
+            assertTrue(e.getMessage().contains("page 0 of layer 1 (positions 0..3, V)") && e.getMessage().contains("CRC32C"),
                     e.getMessage());
+            // The same page through a read-ahead, as attention reads it.
+            c.readAhead(1, 0, 2);
+            PrefillException streamed = assertThrows(PrefillException.class, () -> c.page(1, 0));
+            assertTrue(streamed.getMessage().contains("page 0 of layer 1 (positions 0..3, V)"), streamed.getMessage());
+            c.readAhead(1, 0, 0);
         }
         assertFalse(files().iterator().hasNext());
     }

@@ -202,7 +202,6 @@ public final class CpuAttention implements Attention {
         ArrayDeque<State> spare = new ArrayDeque<>();
         int[] merged = {0};
         cache.readAhead(r.layer(), 0, pages);
-        boolean done = false;
         try {
             device.parallelFor(chunks, c -> {
                 State st;
@@ -232,11 +231,8 @@ public final class CpuAttention implements Attention {
                     }
                 }
             });
-            done = true;
         } finally {
-            if (!done) {
-                cache.readAhead(r.layer(), 0, 0);
-            }
+            cache.readAhead(r.layer(), 0, 0); // the layer is done (or failed): end the announcement
         }
         for (int kvh = 0; kvh < kvHeads; kvh++) {
             output(r, kvh, 0, total, kvh * perHead, rows[kvh]);

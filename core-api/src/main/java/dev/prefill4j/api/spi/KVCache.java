@@ -45,7 +45,8 @@ public interface KVCache extends AutoCloseable {
      * Announces that pages {@code [fromPage, toPage)} of {@code layer} will be read next, roughly in ascending order,
      * each once, and each handed back with {@link #release}. A store below RAM starts reading ahead (so I/O overlaps
      * attention); a store in RAM ignores it. A new call replaces the previous announcement; {@code fromPage ==
-     * toPage} cancels it (attention does so when it fails, so that no read-ahead waits on pages nobody will take).
+     * toPage} ends it, which attention does when it is done with the layer or fails, so that no read-ahead holds
+     * pages nobody will take.
      *
      * @param layer    layer index
      * @param fromPage first page
@@ -68,6 +69,51 @@ public interface KVCache extends AutoCloseable {
     /** {@return bytes read from storage below RAM so far; 0 for a store that keeps everything in RAM} @since 0.1 */
     default long bytesRead() {
         return 0;
+    }
+
+    /**
+     * Measures how fast the storage under this cache reads this cache's own data sequentially, the way the store
+     * reads it (for example with direct I/O), reading at most {@code maxBytes}; a baseline for {@link #bytesRead}
+     * throughput. Empty for a store that keeps everything in RAM.
+     *
+     * @param maxBytes most bytes to read
+     * @return bytes per second
+     * @since 0.1
+     */
+    default java.util.OptionalDouble sequentialReadSpeed(long maxBytes) {
+        return java.util.OptionalDouble.empty();
+    }
+
+    /**
+     * {@return whether this cache outlives its session}: the store was asked to keep it (for example
+     * {@code --kv-keep NAME}), so {@link #close} leaves it on storage, with the state given to {@link #saveState},
+     * for a later session to reopen.
+     *
+     * @since 0.1
+     */
+    default boolean persistent() {
+        return false;
+    }
+
+    /**
+     * Gives a persistent cache the caller's state (tokens, sampler, a model fingerprint) to store beside the KV
+     * pages when it is closed.
+     *
+     * @param state opaque bytes
+     * @throws UnsupportedOperationException if the cache is not {@link #persistent()}
+     * @since 0.1
+     */
+    default void saveState(byte[] state) {
+        throw new UnsupportedOperationException("this KV cache is not kept after its session");
+    }
+
+    /**
+     * {@return the state a previous session saved with this cache, if this cache was reopened}; empty for a new one
+     *
+     * @since 0.1
+     */
+    default java.util.Optional<byte[]> savedState() {
+        return java.util.Optional.empty();
     }
 
     /** Forgets every position at or after {@code length}, in every layer. @param length positions kept */

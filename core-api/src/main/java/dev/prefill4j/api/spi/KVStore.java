@@ -15,6 +15,18 @@ public interface KVStore extends Plugin {
         return 0;
     }
 
+    /**
+     * {@return the page size, in positions, this store works best with} for rows of {@code kvDim} elements of
+     * {@code type}; used when the session does not set one. The default, 256, suits RAM.
+     *
+     * @param type  element type
+     * @param kvDim elements per row
+     * @since 0.1
+     */
+    default int preferredPageSize(KVElementType type, int kvDim) {
+        return 256;
+    }
+
     /** {@return the element types this store can hold} */
     java.util.Set<KVElementType> elementTypes();
 

@@ -13,26 +13,47 @@ import java.nio.channels.FileChannel;
 import java.nio.file.Files;
 import java.nio.file.Path;
 import java.nio.file.StandardOpenOption;
-import java.nio.file.attribute.PosixFilePermissions;
+import java.util.ArrayDeque;
 import java.util.LinkedHashMap;
 import java.util.Map;
+import java.util.Optional;
+import java.util.OptionalDouble;
+import java.util.concurrent.atomic.AtomicLong;
 import java.util.zip.CRC32C;
 
 /**
- * One session's KV cache on disk. Each (layer, page) has a fixed slot in one file; a slot is a 64-byte header
- * (magic, layer, page, positions, payload length, CRC32C of the payload) followed by the page's K rows then V rows,
- * rounded up to the alignment (16 KiB or the file system's block size if larger). The page being filled stays in RAM
- * and is written, with direct I/O, once it is full; pages read back are checked against their CRC and kept in a
- * bounded in-RAM cache. Truncation (rejected draft tokens) reloads the page it cuts into.
+ * One session's KV cache on disk.
  *
- * <p>{@link #page} may be called by several attention threads at once; the other methods by the session's thread.
+ * <p><b>Layout.</b> Every (layer, page) has two fixed slots, K then V, one after the other, so a layer's pages are a
+ * contiguous run of the file. A slot is a 64-byte header (magic, layer, page, K or V, positions, payload length,
+ * CRC32C of the payload) and the page's rows, rounded up to the alignment (16 KiB, or the file system's block size
+ * if larger). All data I/O is direct ({@code O_DIRECT}) through aligned buffers: the page cache holds none of it.
+ *
+ * <p><b>Writing.</b> The page being filled stays in RAM and is written once full (or, for a kept cache, when the
+ * session closes). A page counts as on disk only after both of its slots were written; a failed write (a full disk)
+ * marks the cache failed, and nothing it left half-written is ever read.
+ *
+ * <p><b>Reading.</b> When attention announces a layer ({@link #readAhead}), an I/O thread streams that layer's pages,
+ * in order and several per request, into two ring buffers, one for K slots and one for V slots; attention takes
+ * pages from the rings as they arrive and hands each back with {@link #release}, which frees its slots for pages
+ * further ahead. The rings are the back-pressure: the I/O thread waits for a free slot, never queues without bound.
+ * Pages read outside an announcement go through a small LRU cache. Every page read is checked against its header
+ * and CRC; a mismatch is an error naming the file, layer and positions.
+ *
+ * <p>{@link #page} and {@link #release} may be called by several attention threads at once; the other methods by the
+ * session's thread.
  */
 final class SsdKVCache implements KVCache {
-    private static final int HEADER = 64;
-    private static final int MAGIC = 0x50344B56; // "P4KV"
+    static final int HEADER = 64;
+    static final int MAGIC = 0x50344B56; // "P4KV"
+    private static final java.lang.foreign.ValueLayout.OfLong I64 =
+            java.lang.foreign.ValueLayout.JAVA_LONG_UNALIGNED.withOrder(java.nio.ByteOrder.LITTLE_ENDIAN);
+    /** Most pages per read request of the I/O thread. */
+    private static final int MAX_BATCH = 16;
 
     private final KVConfig config;
     private final Path file;
+    private final KeptFiles kept;
     private final FileChannel channel;
     private final Arena arena = Arena.ofShared();
     private final long rowBytes;
@@ -41,71 +62,108 @@ final class SsdKVCache implements KVCache {
     private final int alignment;
     private final int[] lengths;
     private final int[] current;
-    private final MemorySegment[] writeBuffers;
+    private final MemorySegment[] writeK;
+    private final MemorySegment[] writeV;
     private final boolean[][] onDisk;
     private final Map<Long, MemorySegment> readCache;
     /** Buffers evicted from the read cache, reused by later reads: memory stays bounded by the cache size. */
-    private final java.util.ArrayDeque<MemorySegment> free = new java.util.ArrayDeque<>();
-    private long bytesWritten;
+    private final ArrayDeque<MemorySegment> free = new ArrayDeque<>();
+    private final ReadAhead readAhead;
+    private final AtomicLong bytesRead = new AtomicLong();
+    private final byte[] resumedState;
+    private byte[] stateToSave;
+    private long slotsOnDisk;
+    private boolean failed;
     private boolean closed;
 
-    SsdKVCache(KVConfig config, Path dir, long cacheBytes) {
+    /**
+     * Opens a cache: a new anonymous one (removed on close), a new kept one, or a kept one reopened.
+     *
+     * @param config     geometry
+     * @param dir        directory of the files
+     * @param keepName   name of a kept cache, or {@code null}
+     * @param resume     reopen the kept cache {@code keepName} instead of creating it
+     * @param cacheBytes RAM for pages read outside a read-ahead
+     * @param ringBytes  RAM of each of the two read-ahead rings
+     */
+    SsdKVCache(KVConfig config, Path dir, String keepName, boolean resume, long cacheBytes, long ringBytes) {
         this.config = config;
         this.rowBytes = config.elementType().rowBytes(config.kvDim());
-        this.payload = 2 * rowBytes * config.pageSize();
+        this.payload = rowBytes * config.pageSize();
         try {
             this.alignment = (int) Math.max(16384, Files.getFileStore(dir).getBlockSize());
-            this.slot = (HEADER + payload + alignment - 1) / alignment * alignment;
-            this.file = dir.resolve("prefill4j-kv-" + ProcessHandle.current().pid() + "-" + System.nanoTime() + ".kv");
-            Files.createFile(file, PosixFilePermissions.asFileAttribute(PosixFilePermissions.fromString("rw-------")));
-            FileChannel ch;
-            try {
-                ch = FileChannel.open(file, StandardOpenOption.READ, StandardOpenOption.WRITE, directOption());
-            } catch (IOException | UnsupportedOperationException e) {
-                Files.deleteIfExists(file);
-                throw new PrefillException(PrefillException.Code.IO, dir + ": the file system does not support direct "
-                        + "I/O (" + e.getMessage() + "); choose a --kv-dir on a disk, not tmpfs", e);
-            }
-            this.channel = ch;
         } catch (IOException e) {
-            throw new PrefillException(PrefillException.Code.IO, dir + ": cannot create the KV file: " + e.getMessage(), e);
+            throw new PrefillException(PrefillException.Code.IO, dir + ": cannot read the file system's block size: "
+                    + e.getMessage(), e);
         }
+        this.slot = (HEADER + payload + alignment - 1) / alignment * alignment;
         int layers = config.layers();
         this.lengths = new int[layers];
         this.current = new int[layers];
-        this.writeBuffers = new MemorySegment[layers];
         this.onDisk = new boolean[layers][config.pagesPerLayer()];
-        for (int l = 0; l < layers; l++) {
-            writeBuffers[l] = arena.allocate(slot, alignment);
+        if (keepName == null) {
+            this.kept = null;
+            this.file = dir.resolve("prefill4j-kv-" + ProcessHandle.current().pid() + "-" + System.nanoTime() + ".kv");
+            this.channel = DirectIo.create(file, dir);
+            this.resumedState = null;
+        } else {
+            this.kept = new KeptFiles(dir, keepName, config, slot);
+            this.file = kept.data();
+            if (resume) {
+                this.channel = kept.reopen();
+                KeptFiles.Meta meta = kept.meta();
+                this.resumedState = meta.state();
+                System.arraycopy(meta.lengths(), 0, lengths, 0, layers);
+            } else {
+                this.channel = kept.create();
+                this.resumedState = null;
+            }
         }
-        int maxCached = (int) Math.max(2, Math.min(Integer.MAX_VALUE, cacheBytes / slot));
+        this.writeK = new MemorySegment[layers];
+        this.writeV = new MemorySegment[layers];
+        for (int l = 0; l < layers; l++) {
+            writeK[l] = arena.allocate(slot, alignment);
+            writeV[l] = arena.allocate(slot, alignment);
+        }
+        int maxCached = (int) Math.max(2, Math.min(Integer.MAX_VALUE, cacheBytes / (2 * slot)));
         this.readCache = new LinkedHashMap<>(16, 0.75f, true) {
             private static final long serialVersionUID = 1L;
 
             @Override
             protected boolean removeEldestEntry(Map.Entry<Long, MemorySegment> eldest) {
                 if (size() > maxCached) {
-                    // Safe to reuse: the cache holds far more pages than attention threads use at once, and the
-                    // least recently used page is not one a thread is reading.
+                    // Safe to reuse: the cache holds more pages than attention threads use at once, and the least
+                    // recently used page is not one a thread is reading.
                     free.push(eldest.getValue());
                     return true;
                 }
                 return false;
             }
         };
+        if (resumedState != null) {
+            restorePages();
+        }
+        this.stateToSave = resumedState; // a session that saves nothing new leaves the kept state as it was
+        int ringSlots = (int) Math.max(1, Math.min(1 << 20, ringBytes / slot));
+        this.readAhead = new ReadAhead(ringSlots);
     }
 
-    /**
-     * {@return {@code com.sun.nio.file.ExtendedOpenOption.DIRECT}}, the JDK's only way to {@code O_DIRECT}. Looked up
-     * reflectively (its package is exported by {@code jdk.unsupported}, which this module requires) so that javac's
-     * proprietary-API warning, which cannot be suppressed, does not break the {@code -Werror} build.
-     */
-    private static java.nio.file.OpenOption directOption() {
-        try {
-            return (java.nio.file.OpenOption) Class.forName("com.sun.nio.file.ExtendedOpenOption").getField("DIRECT")
-                    .get(null);
-        } catch (ReflectiveOperationException | ClassCastException e) {
-            throw new UnsupportedOperationException("this JDK offers no direct I/O open option", e);
+    /** After a reopen: full pages are on disk; a partly filled last page is loaded back as the page being filled. */
+    private void restorePages() {
+        for (int l = 0; l < lengths.length; l++) {
+            int full = lengths[l] / config.pageSize();
+            for (int p = 0; p < full; p++) {
+                onDisk[l][p] = true;
+            }
+            slotsOnDisk += 2L * full;
+            current[l] = full;
+            int rest = lengths[l] % config.pageSize();
+            if (rest > 0) {
+                MemorySegment data = readSync(l, full, rest);
+                MemorySegment.copy(data, 0, writeK[l], 0, slot);
+                MemorySegment.copy(data, slot, writeV[l], 0, slot);
+                free.push(data);
+            }
         }
     }
 
@@ -114,20 +172,33 @@ final class SsdKVCache implements KVCache {
         return file;
     }
 
+    /** Bytes of one slot (tests compute offsets with it). */
+    long slotBytes() {
+        return slot;
+    }
+
     @Override
     public KVConfig config() {
         return config;
     }
 
-    private long slotOffset(int layer, int page) {
-        return ((long) layer * config.pagesPerLayer() + page) * slot;
+    private long offset(int layer, int page) {
+        return ((long) layer * config.pagesPerLayer() + page) * 2 * slot;
+    }
+
+    private void checkUsable() {
+        if (closed) {
+            throw new IllegalStateException("KV cache is closed");
+        }
+        if (failed) {
+            throw new PrefillException(PrefillException.Code.IO, file + ": the KV cache failed earlier (see the first "
+                    + "error); close the session");
+        }
     }
 
     @Override
     public void append(int layer, int position, int count, float[] k, float[] v) {
-        if (closed) {
-            throw new IllegalStateException("KV cache is closed");
-        }
+        checkUsable();
         if (position != lengths[layer]) {
             throw new IllegalArgumentException("layer " + layer + " holds " + lengths[layer] + " positions; cannot append at "
                     + position);
@@ -136,6 +207,7 @@ final class SsdKVCache implements KVCache {
             throw new IllegalArgumentException("positions " + position + ".." + (position + count - 1)
                     + " exceed the KV capacity of " + config.capacity());
         }
+        readAhead.cancel();
         int kvDim = config.kvDim();
         for (int i = 0; i < count; i++) {
             int p = position + i;
@@ -145,9 +217,8 @@ final class SsdKVCache implements KVCache {
                 forget(layer, page); // a copy on disk from before a truncation is stale now
             }
             long row = p % config.pageSize();
-            MemorySegment buf = writeBuffers[layer];
-            config.elementType().encode(k, i * kvDim, kvDim, buf, HEADER + rowBytes * row);
-            config.elementType().encode(v, i * kvDim, kvDim, buf, HEADER + rowBytes * config.pageSize() + rowBytes * row);
+            config.elementType().encode(k, i * kvDim, kvDim, writeK[layer], HEADER + rowBytes * row);
+            config.elementType().encode(v, i * kvDim, kvDim, writeV[layer], HEADER + rowBytes * row);
             lengths[layer] = p + 1;
             if (row == config.pageSize() - 1) {
                 flush(layer, page, config.pageSize());
@@ -155,70 +226,88 @@ final class SsdKVCache implements KVCache {
         }
     }
 
-    /** Writes the layer's current page (header with CRC, then payload) to its slot with direct I/O. */
+    /** Writes the layer's page being filled (both slots, headers with CRCs) with direct I/O. */
     private void flush(int layer, int page, int positions) {
-        MemorySegment buf = writeBuffers[layer];
+        seal(writeK[layer], layer, page, 0, positions);
+        seal(writeV[layer], layer, page, 1, positions);
+        long at = offset(layer, page);
+        try {
+            DirectIo.writeFully(channel, writeK[layer].asByteBuffer(), at);
+            DirectIo.writeFully(channel, writeV[layer].asByteBuffer(), at + slot);
+        } catch (IOException e) {
+            failed = true;
+            throw new PrefillException(PrefillException.Code.IO, file + ": writing KV page " + page + " of layer " + layer
+                    + " failed: " + e.getMessage() + "; free space on " + file.getParent() + " or choose another "
+                    + "--kv-dir", e);
+        }
+        if (!onDisk[layer][page]) {
+            slotsOnDisk += 2;
+        }
+        onDisk[layer][page] = true;
+        dropCached(layer, page);
+    }
+
+    /** Fills a slot's header: magic, layer, page, kind, positions, payload length, CRC32C of the payload. */
+    private void seal(MemorySegment buf, int layer, int page, int kind, int positions) {
         CRC32C crc = new CRC32C();
         crc.update(buf.asSlice(HEADER, payload).asByteBuffer());
         buf.set(Blocks.I32, 0, MAGIC);
         buf.set(Blocks.I32, 4, layer);
         buf.set(Blocks.I32, 8, page);
-        buf.set(Blocks.I32, 12, positions);
-        buf.set(Blocks.I32, 16, (int) payload);
-        buf.set(Blocks.I32, 20, (int) crc.getValue());
-        try {
-            ByteBuffer bb = buf.asByteBuffer();
-            long at = slotOffset(layer, page);
-            while (bb.hasRemaining()) {
-                at += channel.write(bb, at);
-            }
-        } catch (IOException e) {
-            throw new PrefillException(PrefillException.Code.IO, file + ": writing KV page " + page + " of layer " + layer
-                    + " failed: " + e.getMessage() + " (disk full?)", e);
+        buf.set(Blocks.I32, 12, kind);
+        buf.set(Blocks.I32, 16, positions);
+        buf.set(I64, 24, payload);
+        buf.set(Blocks.I32, 32, (int) crc.getValue());
+    }
+
+    /**
+     * Checks a slot read back: header fields and CRC32C. {@code positions < 0} accepts any count of a full page.
+     *
+     * @return {@code null} if it verifies, else what is wrong
+     */
+    private PrefillException verify(MemorySegment buf, int layer, int page, int kind, int positions) {
+        int first = page * config.pageSize();
+        String where = file + ": KV page " + page + " of layer " + layer + " (positions " + first + ".."
+                + (first + config.pageSize() - 1) + ", " + (kind == 0 ? "K" : "V") + ")";
+        int stored = buf.get(Blocks.I32, 16);
+        if (buf.get(Blocks.I32, 0) != MAGIC || buf.get(Blocks.I32, 4) != layer || buf.get(Blocks.I32, 8) != page
+                || buf.get(Blocks.I32, 12) != kind || buf.get(I64, 24) != payload
+                || (positions >= 0 ? stored != positions : stored != config.pageSize())) {
+            return new PrefillException(PrefillException.Code.IO, where + " has a bad header: the file is corrupt or "
+                    + "was not written completely");
         }
-        bytesWritten += slot;
-        onDisk[layer][page] = true;
-        synchronized (readCache) {
-            MemorySegment gone = readCache.remove(key(layer, page));
-            if (gone != null) {
-                free.push(gone);
-            }
+        CRC32C crc = new CRC32C();
+        crc.update(buf.asSlice(HEADER, payload).asByteBuffer());
+        if ((int) crc.getValue() != buf.get(Blocks.I32, 32)) {
+            return new PrefillException(PrefillException.Code.IO, where + " fails its CRC32C check: the data on disk "
+                    + "is corrupt");
         }
+        return null;
     }
 
     private static long key(int layer, int page) {
         return ((long) layer << 32) | page;
     }
 
-    /** Reads a slot with direct I/O and checks it; never returns data that did not verify. */
-    private MemorySegment read(int layer, int page) {
-        MemorySegment buf = free.isEmpty() ? arena.allocate(slot, alignment) : free.pop();
+    /** Reads both slots of a page into one buffer (K at 0, V at {@code slot}) and checks them. */
+    private MemorySegment readSync(int layer, int page, int positions) {
+        MemorySegment buf;
+        synchronized (readCache) {
+            buf = free.isEmpty() ? arena.allocate(2 * slot, alignment) : free.pop();
+        }
         try {
-            ByteBuffer bb = buf.asByteBuffer();
-            long at = slotOffset(layer, page);
-            while (bb.hasRemaining()) {
-                int n = channel.read(bb, at);
-                if (n < 0) {
-                    throw new IOException("unexpected end of file");
-                }
-                at += n;
-            }
+            DirectIo.readFully(channel, buf.asByteBuffer(), offset(layer, page));
         } catch (IOException e) {
             throw new PrefillException(PrefillException.Code.IO, file + ": reading KV page " + page + " of layer " + layer
                     + " failed: " + e.getMessage(), e);
         }
-        int first = page * config.pageSize();
-        String where = file + ": KV page " + page + " of layer " + layer + " (positions " + first + ".."
-                + (first + config.pageSize() - 1) + ")";
-        if (buf.get(Blocks.I32, 0) != MAGIC || buf.get(Blocks.I32, 4) != layer || buf.get(Blocks.I32, 8) != page
-                || buf.get(Blocks.I32, 16) != (int) payload) {
-            throw new PrefillException(PrefillException.Code.IO, where + " has a bad header: the file is corrupt");
+        bytesRead.addAndGet(2 * slot);
+        PrefillException bad = verify(buf.asSlice(0, slot), layer, page, 0, positions);
+        if (bad == null) {
+            bad = verify(buf.asSlice(slot, slot), layer, page, 1, positions);
         }
-        CRC32C crc = new CRC32C();
-        crc.update(buf.asSlice(HEADER, payload).asByteBuffer());
-        if ((int) crc.getValue() != buf.get(Blocks.I32, 20)) {
-            throw new PrefillException(PrefillException.Code.IO, where + " fails its CRC32C check: the data on disk is "
-                    + "corrupt");
+        if (bad != null) {
+            throw bad;
         }
         return buf;
     }
@@ -228,33 +317,77 @@ final class SsdKVCache implements KVCache {
         return lengths[layer];
     }
 
-    @Override
-    public KVPage page(int layer, int index) {
-        int first = index * config.pageSize();
-        int n = Math.min(config.pageSize(), lengths[layer] - first);
-        if (n <= 0) {
-            throw new IndexOutOfBoundsException("page " + index + " of layer " + layer + " holds no positions");
-        }
-        MemorySegment buf;
-        if (index == current[layer] && !onDisk[layer][index]) {
-            buf = writeBuffers[layer];
-        } else {
-            long key = key(layer, index);
-            synchronized (readCache) {
-                buf = readCache.get(key);
-                if (buf == null) {
-                    buf = read(layer, index);
-                    readCache.put(key, buf);
-                }
-            }
-        }
-        return new KVPage(first, n, buf.asSlice(HEADER, rowBytes * config.pageSize()),
-                buf.asSlice(HEADER + rowBytes * config.pageSize(), rowBytes * config.pageSize()),
+    private KVPage view(int index, int n, MemorySegment k, MemorySegment v) {
+        return new KVPage(index * config.pageSize(), n, k.asSlice(HEADER, payload), v.asSlice(HEADER, payload),
                 config.elementType(), config.kvDim());
     }
 
     @Override
+    public KVPage page(int layer, int index) {
+        int n = Math.min(config.pageSize(), lengths[layer] - index * config.pageSize());
+        if (n <= 0) {
+            throw new IndexOutOfBoundsException("page " + index + " of layer " + layer + " holds no positions");
+        }
+        if (index == current[layer] && !onDisk[layer][index]) {
+            return view(index, n, writeK[layer], writeV[layer]);
+        }
+        KVPage streamed = readAhead.take(layer, index, n);
+        if (streamed != null) {
+            return streamed;
+        }
+        long key = key(layer, index);
+        MemorySegment buf;
+        synchronized (readCache) {
+            buf = readCache.get(key);
+            if (buf == null) {
+                buf = readSync(layer, index, -1);
+                readCache.put(key, buf);
+            }
+        }
+        return view(index, n, buf, buf.asSlice(slot, slot));
+    }
+
+    @Override
+    public void readAhead(int layer, int fromPage, int toPage) {
+        readAhead.start(layer, fromPage, toPage);
+    }
+
+    @Override
+    public void release(KVPage page) {
+        readAhead.release(page);
+    }
+
+    @Override
+    public long bytesRead() {
+        return bytesRead.get();
+    }
+
+    @Override
+    public OptionalDouble sequentialReadSpeed(long maxBytes) {
+        return OptionalDouble.of(DirectIo.sequentialReadSpeed(file, Math.min(maxBytes, slotsOnDisk * slot), alignment));
+    }
+
+    @Override
+    public boolean persistent() {
+        return kept != null;
+    }
+
+    @Override
+    public void saveState(byte[] state) {
+        if (kept == null) {
+            KVCache.super.saveState(state);
+        }
+        stateToSave = state.clone();
+    }
+
+    @Override
+    public Optional<byte[]> savedState() {
+        return Optional.ofNullable(resumedState).map(byte[]::clone);
+    }
+
+    @Override
     public void truncate(int length) {
+        readAhead.cancel();
         for (int l = 0; l < lengths.length; l++) {
             if (length >= lengths[l]) {
                 continue;
@@ -264,13 +397,13 @@ final class SsdKVCache implements KVCache {
             if (page != current[l] || onDisk[l][page]) {
                 // The cut falls in a page already written: bring it back as the page being filled.
                 if (onDisk[l][page]) {
-                    MemorySegment data;
+                    MemorySegment data = readSync(l, page, -1);
+                    MemorySegment.copy(data, 0, writeK[l], 0, slot);
+                    MemorySegment.copy(data, slot, writeV[l], 0, slot);
                     synchronized (readCache) {
-                        data = read(l, page);
-                        MemorySegment.copy(data, 0, writeBuffers[l], 0, slot);
                         free.push(data);
                     }
-                    onDisk[l][page] = false;
+                    forget(l, page);
                 }
                 current[l] = page;
             }
@@ -282,7 +415,14 @@ final class SsdKVCache implements KVCache {
 
     /** Marks a page as having no valid copy on disk and drops it from the read cache. */
     private void forget(int layer, int page) {
-        onDisk[layer][page] = false;
+        if (onDisk[layer][page]) {
+            onDisk[layer][page] = false;
+            slotsOnDisk -= 2;
+        }
+        dropCached(layer, page);
+    }
+
+    private void dropCached(int layer, int page) {
         synchronized (readCache) {
             MemorySegment gone = readCache.remove(key(layer, page));
             if (gone != null) {
@@ -293,7 +433,7 @@ final class SsdKVCache implements KVCache {
 
     @Override
     public long bytesHeld() {
-        return bytesWritten;
+        return slotsOnDisk * slot;
     }
 
     @Override
@@ -302,13 +442,201 @@ final class SsdKVCache implements KVCache {
             return;
         }
         closed = true;
+        readAhead.shutdown();
         try {
+            if (kept != null && !failed) {
+                // Partly filled pages go to disk too, so that a reopened session has every position.
+                for (int l = 0; l < lengths.length; l++) {
+                    int rest = lengths[l] % config.pageSize();
+                    if (rest > 0 && !onDisk[l][current[l]]) {
+                        flush(l, current[l], rest);
+                    }
+                }
+                channel.force(true);
+                kept.closeCleanly(lengths, stateToSave == null ? new byte[0] : stateToSave);
+            }
             channel.close();
-            Files.deleteIfExists(file);
+            if (kept == null) {
+                Files.deleteIfExists(file);
+            } else {
+                kept.unlock();
+            }
         } catch (IOException e) {
-            throw new PrefillException(PrefillException.Code.IO, file + ": cannot remove the KV file: " + e.getMessage(), e);
+            throw new PrefillException(PrefillException.Code.IO, file + ": closing the KV cache failed: " + e.getMessage(),
+                    e);
         } finally {
             arena.close();
+        }
+    }
+
+    /**
+     * The read-ahead: an I/O thread and two rings of {@code slots} slots (K and V). Page {@code p} of the announced
+     * range goes to slot {@code (p - from) % slots} of both rings, so the rings fill strictly in page order and a
+     * page waits for the one {@code slots} pages before it to be released.
+     */
+    private final class ReadAhead implements Runnable {
+        private final int slots;
+        private final MemorySegment kRing;
+        private final MemorySegment vRing;
+        /** Page held by each slot, or -1. */
+        private final int[] pageOf;
+        private final boolean[] ready;
+        private final PrefillException[] errors;
+        private final Thread thread;
+        private int layer = -1;
+        private int from;
+        private int end;
+        private int next;
+        private boolean reading;
+        private boolean stop;
+
+        ReadAhead(int slots) {
+            this.slots = slots;
+            this.kRing = arena.allocate(slots * slot, alignment);
+            this.vRing = arena.allocate(slots * slot, alignment);
+            this.pageOf = new int[slots];
+            this.ready = new boolean[slots];
+            this.errors = new PrefillException[slots];
+            java.util.Arrays.fill(pageOf, -1);
+            this.thread = Thread.ofPlatform().daemon().name("prefill4j-kv-io").start(this);
+        }
+
+        /** Announces pages {@code [fromPage, toPage)} of a layer; only pages already on disk are streamed. */
+        synchronized void start(int l, int fromPage, int toPage) {
+            cancel();
+            if (fromPage >= toPage || l < 0) {
+                return;
+            }
+            int e = fromPage;
+            while (e < toPage && onDisk[l][e]) {
+                e++;
+            }
+            layer = l;
+            from = fromPage;
+            end = e;
+            next = fromPage;
+            notifyAll();
+        }
+
+        /** Ends the announcement: waits for a read in flight, then frees every slot. */
+        synchronized void cancel() {
+            layer = -1;
+            while (reading) {
+                waitQuietly();
+            }
+            java.util.Arrays.fill(pageOf, -1);
+            java.util.Arrays.fill(ready, false);
+            java.util.Arrays.fill(errors, null);
+            notifyAll();
+        }
+
+        /** {@return page {@code index} from the rings when it is part of the announcement, waiting for it; else null} */
+        synchronized KVPage take(int l, int index, int n) {
+            if (l != layer || index < from || index >= end) {
+                return null;
+            }
+            int s = (index - from) % slots;
+            while (layer == l && !(pageOf[s] == index && ready[s])) {
+                waitQuietly();
+            }
+            if (layer != l) {
+                return null; // cancelled meanwhile: read it directly
+            }
+            if (errors[s] != null) {
+                throw errors[s];
+            }
+            return view(index, n, kRing.asSlice(s * slot, slot), vRing.asSlice(s * slot, slot));
+        }
+
+        synchronized void release(KVPage page) {
+            long off = page.keys().address() - HEADER - kRing.address();
+            if (off >= 0 && off < kRing.byteSize()) {
+                int s = (int) (off / slot);
+                pageOf[s] = -1;
+                ready[s] = false;
+                errors[s] = null;
+                notifyAll();
+            }
+        }
+
+        synchronized void shutdown() {
+            stop = true;
+            notifyAll();
+            while (reading) {
+                waitQuietly();
+            }
+        }
+
+        private void waitQuietly() {
+            try {
+                wait();
+            } catch (InterruptedException e) {
+                Thread.currentThread().interrupt();
+                throw new PrefillException(PrefillException.Code.IO, "interrupted while waiting for KV pages", e);
+            }
+        }
+
+        @Override
+        public void run() {
+            while (true) {
+                int l;
+                int p0;
+                int s0;
+                int m;
+                synchronized (this) {
+                    while (!stop && (layer < 0 || next >= end || pageOf[(next - from) % slots] != -1)) {
+                        try {
+                            wait();
+                        } catch (InterruptedException e) {
+                            return;
+                        }
+                    }
+                    if (stop) {
+                        return;
+                    }
+                    l = layer;
+                    p0 = next;
+                    s0 = (next - from) % slots;
+                    m = 0;
+                    while (m < MAX_BATCH && p0 + m < end && s0 + m < slots && pageOf[s0 + m] == -1) {
+                        pageOf[s0 + m] = p0 + m;
+                        m++;
+                    }
+                    next += m;
+                    reading = true;
+                }
+                PrefillException[] outcome = new PrefillException[m];
+                try {
+                    ByteBuffer[] dst = new ByteBuffer[2 * m];
+                    for (int i = 0; i < m; i++) {
+                        dst[2 * i] = kRing.asSlice((s0 + i) * slot, slot).asByteBuffer();
+                        dst[2 * i + 1] = vRing.asSlice((s0 + i) * slot, slot).asByteBuffer();
+                    }
+                    DirectIo.readFully(channel, dst, offset(l, p0));
+                    bytesRead.addAndGet(2 * m * slot);
+                    for (int i = 0; i < m; i++) {
+                        outcome[i] = verify(kRing.asSlice((s0 + i) * slot, slot), l, p0 + i, 0, -1);
+                        if (outcome[i] == null) {
+                            outcome[i] = verify(vRing.asSlice((s0 + i) * slot, slot), l, p0 + i, 1, -1);
+                        }
+                    }
+                } catch (IOException | RuntimeException e) {
+                    for (int i = 0; i < m; i++) {
+                        outcome[i] = new PrefillException(PrefillException.Code.IO, file + ": reading KV pages "
+                                + p0 + ".." + (p0 + m - 1) + " of layer " + l + " failed: " + e.getMessage(), e);
+                    }
+                }
+                synchronized (this) {
+                    reading = false;
+                    if (layer == l) {
+                        for (int i = 0; i < m; i++) {
+                            ready[s0 + i] = true;
+                            errors[s0 + i] = outcome[i];
+                        }
+                    }
+                    notifyAll();
+                }
+            }
         }
     }
 }

@@ -12,14 +12,29 @@ import java.util.EnumSet;
 import java.util.Set;
 
 /**
- * Provider of the SSD KV store. Options (from {@link KVConfig#options()}): {@code dir}, the directory for the cache
- * file (required); {@code cacheMiB}, RAM for pages read back (default 256).
+ * Provider of the SSD KV store. Options (from {@link KVConfig#options()}):
+ * <ul>
+ *   <li>{@value #DIR}: the directory for the cache files (required; it must support direct I/O);</li>
+ *   <li>{@value #RING_MIB}: MiB of each of the two read-ahead rings, K and V (default 128);</li>
+ *   <li>{@value #CACHE_MIB}: MiB of RAM for pages read outside a read-ahead (default 32);</li>
+ *   <li>{@value #KEEP}: keep the cache after the session under this name ({@code NAME.p4kv} and
+ *       {@code NAME.p4kv.meta} in the directory) instead of removing it;</li>
+ *   <li>{@value #RESUME}: {@code true} to reopen the kept cache {@value #KEEP} names rather than create it.</li>
+ * </ul>
  */
 public final class SsdKVStore implements KVStore {
-    /** Option: the directory that holds the cache file. */
+    /** Option: the directory that holds the cache files. */
     public static final String DIR = "dir";
-    /** Option: MiB of RAM for pages read back from disk. */
+    /** Option: MiB of each read-ahead ring. */
+    public static final String RING_MIB = "ringMiB";
+    /** Option: MiB of RAM for pages read outside a read-ahead. */
     public static final String CACHE_MIB = "cacheMiB";
+    /** Option: name under which the cache is kept after its session. */
+    public static final String KEEP = "keep";
+    /** Option: {@code true} to reopen the kept cache named by {@link #KEEP}. */
+    public static final String RESUME = "resume";
+    /** Bytes a page's slot aims at: large direct reads, little padding. */
+    private static final int SLOT_TARGET = 256 << 10;
 
     @Override public String id() { return "ssd"; }
     @Override public String apiVersion() { return ApiVersion.CURRENT; }
@@ -28,7 +43,14 @@ public final class SsdKVStore implements KVStore {
 
     @Override
     public String description() {
-        return "KV pages on disk: direct I/O, CRC32C per page, owner-only file removed on close";
+        return "KV pages on disk: direct I/O, read-ahead rings, CRC32C per page, owner-only files, --kv-keep/--kv-resume";
+    }
+
+    /** As many positions as fill a 256 KiB slot after its 64-byte header, a multiple of 16 (at least 16). */
+    @Override
+    public int preferredPageSize(KVElementType type, int kvDim) {
+        long row = type.rowBytes(kvDim);
+        return (int) Math.max(16, (SLOT_TARGET - SsdKVCache.HEADER) / row / 16 * 16);
     }
 
     @Override
@@ -46,7 +68,27 @@ public final class SsdKVStore implements KVStore {
             throw new PrefillException(PrefillException.Code.ARGUMENT, config.elementType() + " KV rows need a multiple of "
                     + config.elementType().blockSize() + " elements; this model has " + config.kvDim() + " (use f16)");
         }
-        long cacheBytes = Long.parseLong(config.options().getOrDefault(CACHE_MIB, "256")) << 20;
-        return new SsdKVCache(config, d, cacheBytes);
+        long cache = mib(config, CACHE_MIB, 32);
+        long ring = mib(config, RING_MIB, 128);
+        boolean resume = Boolean.parseBoolean(config.options().getOrDefault(RESUME, "false"));
+        String keep = config.options().get(KEEP);
+        if (resume && keep == null) {
+            throw new PrefillException(PrefillException.Code.ARGUMENT, "resuming a KV cache needs its name (--kv-resume NAME)");
+        }
+        return new SsdKVCache(config, d, keep, resume, cache, ring);
+    }
+
+    private static long mib(KVConfig config, String key, long fallback) {
+        String v = config.options().get(key);
+        try {
+            long n = v == null ? fallback : Long.parseLong(v.trim());
+            if (n < 1 || n > (1 << 20)) {
+                throw new NumberFormatException();
+            }
+            return n << 20;
+        } catch (NumberFormatException e) {
+            throw new PrefillException(PrefillException.Code.ARGUMENT, "KV store option " + key + "=" + v
+                    + ": use a whole number of MiB from 1 to 1048576");
+        }
     }
 }

@@ -1,0 +1,229 @@
+package dev.prefill4j.tests;
+
+import static org.junit.jupiter.api.Assertions.assertArrayEquals;
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertFalse;
+import static org.junit.jupiter.api.Assertions.assertThrows;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+import static org.junit.jupiter.api.Assumptions.assumeTrue;
+
+import dev.prefill4j.api.PrefillException;
+import dev.prefill4j.api.spi.KVElementType;
+import dev.prefill4j.engine.Engine;
+import dev.prefill4j.engine.Generation;
+import dev.prefill4j.engine.Sampler;
+import dev.prefill4j.engine.SamplerConfig;
+import dev.prefill4j.engine.Session;
+import dev.prefill4j.engine.SessionOptions;
+import dev.prefill4j.engine.draft.PromptLookupDrafts;
+import dev.prefill4j.engine.model.LlamaModel;
+import java.io.File;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.nio.file.attribute.PosixFilePermissions;
+import java.util.ArrayList;
+import java.util.HashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.concurrent.TimeUnit;
+import java.util.stream.IntStream;
+import java.util.stream.Stream;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.io.TempDir;
+import org.junit.jupiter.params.ParameterizedTest;
+import org.junit.jupiter.params.provider.CsvSource;
+
+/**
+ * The ssd store's kept caches ({@code --kv-keep}/{@code --kv-resume}) and its faults: a resumed session continues
+ * exactly as an uninterrupted one, a cache left by a killed process is refused, a full disk is a clear error that
+ * leaves nothing behind.
+ */
+class KeptKVCacheTest {
+    @TempDir
+    Path dir;
+
+    private SessionOptions options(KVElementType type, String keep, boolean resume) {
+        Map<String, String> kv = new HashMap<>(Map.of("dir", dir.toString()));
+        if (keep != null) {
+            kv.put("keep", keep);
+            kv.put("resume", Boolean.toString(resume));
+        }
+        // Pages of 4 positions: the prompt and the generation span several pages, written and read back.
+        return SessionOptions.defaults().withKvType(type).withPageSize(4).withKvOptions(kv);
+    }
+
+    private static int[] concat(int[] a, int[] b) {
+        return IntStream.concat(IntStream.of(a), IntStream.of(b)).toArray();
+    }
+
+    /**
+     * Greedy and seeded sampling, F16 and Q8_0 elements: 10 tokens, close (kept), reopen, 14 more equal the 24 of an
+     * uninterrupted run; so do bursts.
+     */
+    @ParameterizedTest
+    @CsvSource({"F16,0", "Q8_0,0", "F16,0.8"})
+    void aResumedSessionContinuesExactly(KVElementType type, float temperature) {
+        SamplerConfig sampling = new SamplerConfig(temperature, 40, 0.95f, 3);
+        try (Engine e = Engine.builder().threads(2).kvStore("ssd").build();
+             LlamaModel m = e.load(Models.require("stories260K-F32.gguf"))) {
+            Generation whole;
+            try (Session s = e.newSession(m, options(type, null, false))) {
+                whole = s.generate(Models.PROMPT, 24, new Sampler(sampling), true, false, null);
+            }
+            int[] first;
+            try (Session s = e.newSession(m, options(type, "story", false))) {
+                first = s.generate(Models.PROMPT, 10, new Sampler(sampling), true, false, null).generatedIds();
+            }
+            assertTrue(Files.exists(dir.resolve("story.p4kv")) && Files.exists(dir.resolve("story.p4kv.meta")));
+            assertEquals("rw-------", perms(dir.resolve("story.p4kv")));
+            assertEquals("rw-------", perms(dir.resolve("story.p4kv.meta")));
+            int[] rest;
+            try (Session s = e.newSession(m, options(type, "story", true))) {
+                assertEquals(Models.ids("1 403 407 261 378").length + 9, s.position());
+                rest = s.resume(14, null, true, null).generatedIds();
+            }
+            assertArrayEquals(whole.generatedIds(), concat(first, rest));
+            if (temperature == 0) {
+                // And again from there with bursts: greedy either way.
+                int[] more;
+                try (Session s = e.newSession(m, options(type, "story", true))) {
+                    more = s.resumeWithBursts(6, 4, PromptLookupDrafts.defaults(), true, null).generation().generatedIds();
+                }
+                try (Session s = e.newSession(m, options(type, null, false))) {
+                    int[] all = s.generate(Models.PROMPT, 30, new Sampler(sampling), true, false, null).generatedIds();
+                    assertArrayEquals(all, concat(concat(first, rest), more));
+                }
+            }
+        }
+    }
+
+    @Test
+    void aKeptCacheIsRefusedForAnotherModelAndWhileInUse() {
+        try (Engine e = Engine.builder().threads(2).kvStore("ssd").build();
+             LlamaModel f32 = e.load(Models.require("stories260K-F32.gguf"));
+             LlamaModel q8 = e.load(Models.require("stories260K-Q8_0.gguf"));
+             LlamaModel tiny = e.load(Models.require("tiny-256-F32.gguf"))) {
+            SessionOptions keep = options(KVElementType.F16, "k", false).withContextLength(128);
+            try (Session s = e.newSession(f32, keep)) {
+                s.generate(Models.PROMPT, 3, new Sampler(SamplerConfig.greedy()), true, false, null);
+                PrefillException busy = assertThrows(PrefillException.class,
+                        () -> e.newSession(f32, options(KVElementType.F16, "k", true).withContextLength(128)));
+                assertTrue(busy.getMessage().contains("in use"), busy.getMessage());
+            }
+            PrefillException exists = assertThrows(PrefillException.class, () -> e.newSession(f32, keep));
+            assertTrue(exists.getMessage().contains("already exists") && exists.getMessage().contains("--kv-resume"),
+                    exists.getMessage());
+            SessionOptions resume = options(KVElementType.F16, "k", true).withContextLength(128);
+            // Same geometry, other weights: the session state's model fingerprint differs.
+            PrefillException other = assertThrows(PrefillException.class, () -> e.newSession(q8, resume));
+            assertTrue(other.getMessage().contains("another model"), other.getMessage());
+            PrefillException geometry = assertThrows(PrefillException.class, () -> e.newSession(tiny, resume));
+            assertTrue(geometry.getMessage().contains("layers"), geometry.getMessage());
+            PrefillException kvType = assertThrows(PrefillException.class,
+                    () -> e.newSession(f32, options(KVElementType.Q8_0, "k", true).withContextLength(128)));
+            assertTrue(kvType.getMessage().contains("KV type F16"), kvType.getMessage());
+            // None of the refusals damaged it.
+            try (Session s = e.newSession(f32, resume)) {
+                assertEquals(Models.ids("1 403 407 261 378").length + 2, s.position());
+                assertEquals(2, s.resume(2, null, true, null).generatedIds().length);
+            }
+            PrefillException none = assertThrows(PrefillException.class,
+                    () -> e.newSession(f32, options(KVElementType.F16, "nothing", true)));
+            assertTrue(none.getMessage().contains("no kept KV cache"), none.getMessage());
+        }
+    }
+
+    /** A cache whose process was killed (SIGKILL) while using it is detected on reopen and not trusted. */
+    @Test
+    void aCacheLeftByAKilledProcessIsRefused() throws Exception {
+        Path model = Models.require("tiny-256-F32.gguf");
+        List<String> cmd = new ArrayList<>(List.of(Path.of(System.getProperty("java.home"), "bin", "java").toString(),
+                "--module-path", Cli.cliJar() + File.pathSeparator + Cli.modules(), "--add-modules", "ALL-MODULE-PATH",
+                "-m", "dev.prefill4j.cli/dev.prefill4j.cli.Main", "run", "-m", model.toString(), "-n", "2000",
+                "--temp", "0", "--kv", "ssd", "--kv-dir", dir.toString(), "--kv-keep", "crash", "--kv-page", "16"));
+        Process p = new ProcessBuilder(cmd).redirectErrorStream(true).redirectOutput(ProcessBuilder.Redirect.DISCARD)
+                .start();
+        Path data = dir.resolve("crash.p4kv");
+        long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(120);
+        while (p.isAlive() && (!Files.exists(data) || Files.size(data) < 64 * 16384) && System.nanoTime() < deadline) {
+            Thread.sleep(20);
+        }
+        assertTrue(p.isAlive(), "the run ended before it could be killed");
+        p.destroyForcibly().waitFor(60, TimeUnit.SECONDS);
+        assertTrue(Files.exists(data), "a killed process leaves its kept cache behind");
+        Cli.Result r = Cli.run("run", "-m", model.toString(), "-n", "4", "--temp", "0", "--kv", "ssd", "--kv-dir",
+                dir.toString(), "--kv-resume", "crash", "--kv-page", "16");
+        assertEquals(1, r.exit(), r.toString());
+        assertTrue(r.err().contains("was not closed cleanly") && r.err().contains("not trusted")
+                && r.err().contains("process " + p.pid()), r.toString());
+    }
+
+    /**
+     * A full disk, as the kernel enforces it on a process (RLIMIT_FSIZE, {@code ulimit -f}): the write fails with a
+     * one-line error naming the page, the run exits 1, and the cache file is removed.
+     */
+    @Test
+    void aFileSizeLimitIsAClearErrorAndLeavesNothing() throws Exception {
+        Path bash = Path.of("/bin/bash");
+        assumeTrue(Files.isExecutable(bash), "no /bin/bash to set a file-size limit");
+        String java = Path.of(System.getProperty("java.home"), "bin", "java").toString();
+        String cmd = "ulimit -f 1024 && exec '" + java + "' --module-path '" + Cli.cliJar() + File.pathSeparator
+                + Cli.modules() + "' --add-modules ALL-MODULE-PATH -m dev.prefill4j.cli/dev.prefill4j.cli.Main run -m '"
+                + Models.require("tiny-256-F32.gguf") + "' -n 400 --temp 0 --kv ssd --kv-dir '" + dir + "' --kv-type f32"
+                + " --kv-page 16";
+        Cli.Result r = Cli.exec(List.of(bash.toString(), "-c", cmd));
+        assertEquals(1, r.exit(), r.toString());
+        assertTrue(r.err().contains("writing KV page") && r.err().contains("File too large")
+                && r.err().contains("[P4J-IO]") && !r.err().contains("\tat "), r.toString());
+        assertEquals(List.of(), list());
+    }
+
+    /**
+     * A really full file system: a 1 MiB tmpfs (it supports direct I/O on this kernel). Mounting needs root; where it
+     * is refused the test is skipped and {@link #aFileSizeLimitIsAClearErrorAndLeavesNothing} covers the path.
+     */
+    @Test
+    void aFullFileSystemIsAClearErrorAndLeavesNothing() throws Exception {
+        Path mnt = Files.createDirectory(dir.resolve("small"));
+        Cli.Result mount = Cli.exec(List.of("mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", mnt.toString()));
+        assumeTrue(mount.exit() == 0, "cannot mount a small file system here (needs root): " + mount.err().strip());
+        try {
+            Cli.Result r = Cli.run("run", "-m", Models.require("tiny-256-F32.gguf").toString(), "-n", "400", "--temp", "0",
+                    "--kv", "ssd", "--kv-dir", mnt.toString(), "--kv-type", "f32", "--kv-page", "16");
+            assertEquals(1, r.exit(), r.toString());
+            assertTrue(r.err().contains("writing KV page") && r.err().contains("No space left on device")
+                    && r.err().contains("[P4J-IO]"), r.toString());
+            try (Stream<Path> s = Files.list(mnt)) {
+                assertEquals(List.of(), s.toList(), "the cache file is removed");
+            }
+        } finally {
+            Cli.exec(List.of("umount", mnt.toString()));
+        }
+    }
+
+    private List<Path> list() throws java.io.IOException {
+        try (Stream<Path> s = Files.list(dir)) {
+            return s.toList();
+        }
+    }
+
+    private static String perms(Path p) {
+        try {
+            return PosixFilePermissions.toString(Files.getPosixFilePermissions(p));
+        } catch (java.io.IOException e) {
+            throw new AssertionError(e);
+        }
+    }
+
+    @Test
+    void aKeptCacheSurvivesItsSessionOnlyWhenAsked() throws Exception {
+        try (Engine e = Engine.builder().threads(2).kvStore("ssd").build();
+             LlamaModel m = e.load(Models.require("stories260K-F32.gguf"))) {
+            try (Session s = e.newSession(m, options(KVElementType.F16, null, false))) {
+                s.generate(Models.PROMPT, 4, new Sampler(SamplerConfig.greedy()), true, false, null);
+                assertFalse(list().isEmpty());
+            }
+            assertEquals(List.of(), list());
+        }
+    }
+}
