@@ -71,6 +71,11 @@ final class BenchCommand implements Callable<Integer> {
                     + "acceptance, tokens/s) (default: ${DEFAULT-VALUE}).")
     int burst;
 
+    @Option(names = "--depth-passes", paramLabel = "N", defaultValue = "4",
+            description = "Timed passes per burst size in the --context test, after one warm-up (default: "
+                    + "${DEFAULT-VALUE}).")
+    int depthPasses;
+
     @Option(names = "--json", description = "Print JSON.")
     boolean json;
 
@@ -252,7 +257,7 @@ final class BenchCommand implements Callable<Integer> {
 
     /**
      * Decode at depth, in one session so the two are compared within one run: the KV cache is filled with synthetic
-     * K/V to {@link #context} positions, then {@code -n} passes (at least 4, after a warm-up) of one token, then, with
+     * K/V to {@link #context} positions, then {@link #depthPasses} passes (after a warm-up) of one token, then, with
      * {@code --burst K}, as many passes of K tokens; after every pass the cache is truncated back to the depth so
      * all passes see the same one. Each pass is timed on its own (median reported). A store that reads from disk
      * reports the bytes it read per pass and, as a baseline, its own direct-I/O sequential read of the same file.
@@ -262,7 +267,10 @@ final class BenchCommand implements Callable<Integer> {
         if (burst < 1) {
             throw new PrefillException(PrefillException.Code.ARGUMENT, "--burst must be at least 1");
         }
-        int passes = Math.max(4, gen);
+        if (depthPasses < 1) {
+            throw new PrefillException(PrefillException.Code.ARGUMENT, "--depth-passes must be at least 1");
+        }
+        int passes = depthPasses;
         SessionOptions o = base.withContextLength(context + burst);
         List<Map<String, Object>> rows = new ArrayList<>();
         try (Session s = e.newSession(model, o)) {
@@ -315,14 +323,14 @@ final class BenchCommand implements Callable<Integer> {
                 }
                 rows.add(row);
             }
+            System.err.print("measuring a plain sequential read of the KV file...");
             var baseline = s.cache().sequentialReadSpeed(4L << 30);
+            System.err.print("\r" + " ".repeat(70) + "\r");
             if (baseline.isPresent()) {
-                System.err.print("measuring a plain direct-I/O sequential read of the KV file...");
                 for (Map<String, Object> row : rows) {
                     row.put("direct_io_read_gb_s", baseline.getAsDouble() / 1e9);
                     row.put("percent_of_direct_io", 100 * (double) row.get("kv_read_gb_s") / (baseline.getAsDouble() / 1e9));
                 }
-                System.err.print("\r" + " ".repeat(70) + "\r");
             }
         }
         return rows;

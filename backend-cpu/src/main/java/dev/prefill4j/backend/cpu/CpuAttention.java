@@ -19,8 +19,8 @@ import jdk.incubator.vector.VectorOperators;
  *
  * <p>The unit of work is one page against a set of query rows (a row is one query position and one head) that
  * share a KV head: the page's K slice of that head is decoded transposed ({@code kT[d][j]}) and its V slice
- * row-major; scores for four rows at a time come from a register-blocked kernel (one K vector load feeds four FMAs,
- * no horizontal sums); the weights are exponentiated in place by {@link ExpOps}; values are accumulated for four
+ * row-major; scores for six rows at a time come from a register-blocked kernel (one K vector load feeds six FMAs,
+ * no horizontal sums); the weights are exponentiated in place by {@link ExpOps}; values are accumulated for six
  * rows at a time with the accumulators in registers.
  *
  * <p>Two schedules. Many queries (prefill): tasks are (KV head, block of 32 queries), each walking the pages it
@@ -37,6 +37,8 @@ public final class CpuAttention implements Attention {
     /** Most page chunks in the split schedule (bounds the partial states kept at once). */
     private static final int MAX_CHUNKS = 64;
     private static final int L = VectorOps.FLOATS.length();
+    /** Query rows per micro-kernel call. */
+    private static final int GROUP = 6;
 
     @Override public String id() { return "cpu-paged"; }
     @Override public String apiVersion() { return ApiVersion.CURRENT; }
@@ -57,14 +59,14 @@ public final class CpuAttention implements Attention {
         float[] tmp = new float[0];
         float[] scores = new float[0];
         final float[] lanes = new float[L];
-        final float[] corr = new float[4];
-        final int[] limit = new int[4];
+        final float[] corr = new float[GROUP];
+        final int[] limit = new int[GROUP];
 
         void ensure(int stride, int hd) {
             if (kT.length < stride * hd) {
                 kT = new float[stride * hd];
                 v = new float[stride * hd];
-                scores = new float[4 * stride];
+                scores = new float[GROUP * stride];
             }
             if (tmp.length < L * hd) {
                 tmp = new float[L * hd];
@@ -286,8 +288,8 @@ public final class CpuAttention implements Attention {
         s.ensure(stride, hd);
         KvRows.keysTransposed(page, t0, n, kvh * hd, hd, s.kT, stride, s.tmp);
         KvRows.values(page, t0, n, kvh * hd, hd, s.v);
-        for (int i = 0; i < rows.count(); i += 4) {
-            int g = Math.min(4, rows.count() - i);
+        for (int i = 0; i < rows.count(); i += GROUP) {
+            int g = Math.min(GROUP, rows.count() - i);
             int most = 0;
             int least = Integer.MAX_VALUE;
             for (int x = 0; x < g; x++) {
@@ -299,7 +301,7 @@ public final class CpuAttention implements Attention {
             if (most == 0) {
                 continue;
             }
-            scores4(s.kT, stride, hd, rows.q(), i, g, (most + 2 * L - 1) / (2 * L) * (2 * L), s.scores);
+            scores(s.kT, stride, hd, rows.q(), i, g, (most + 2 * L - 1) / (2 * L) * (2 * L), s.scores);
             for (int x = 0; x < g; x++) {
                 int row = base + i + x;
                 int lim = s.limit[x];
@@ -317,7 +319,7 @@ public final class CpuAttention implements Attention {
                 s.corr[x] = corr;
             }
             if (hd % L == 0) {
-                values4(s, stride, hd, st.acc, (base + i) * hd, g, least);
+                values(s, stride, hd, st.acc, (base + i) * hd, g, least);
             } else {
                 for (int x = 0; x < g; x++) {
                     int ao = (base + i + x) * hd;
@@ -353,15 +355,12 @@ public final class CpuAttention implements Attention {
     }
 
     /**
-     * Scores of rows {@code [i, i + g)} (g &lt;= 4) over positions {@code [0, n)} ({@code n} a multiple of two vector
-     * lengths) into {@code out[x * stride + j]}: {@code sum_d q[(i + x) * hd + d] * kT[d * stride + j]}.
+     * Scores of rows {@code [i, i + g)} (g &lt;= {@value #GROUP}) over positions {@code [0, n)} ({@code n} a multiple of
+     * two vector lengths) into {@code out[x * stride + j]}: {@code sum_d q[(i + x) * hd + d] * kT[d * stride + j]}.
      */
-    private static void scores4(float[] kT, int stride, int hd, float[] q, int i, int g, int n, float[] out) {
-        int q1 = (i + Math.min(1, g - 1)) * hd;
-        int q2 = (i + Math.min(2, g - 1)) * hd;
-        int q3 = (i + Math.min(3, g - 1)) * hd;
+    private static void scores(float[] kT, int stride, int hd, float[] q, int i, int g, int n, float[] out) {
         for (int j = 0; j < n; j += 2 * L) {
-            kernel4x2(kT, j, stride, q, i * hd, q1, q2, q3, hd, out, j, stride, g, null);
+            kernel(kT, j, stride, q, i * hd, hd, hd, out, j, stride, g, null);
         }
     }
 
@@ -371,15 +370,11 @@ public final class CpuAttention implements Attention {
      * every row sees, then each row's remaining positions; an odd last vector row by row. Every row's additions happen
      * in position order either way.
      */
-    private static void values4(Scratch s, int stride, int hd, float[] acc, int ao, int g, int least) {
-        int r1 = Math.min(1, g - 1);
-        int r2 = Math.min(2, g - 1);
-        int r3 = Math.min(3, g - 1);
+    private static void values(Scratch s, int stride, int hd, float[] acc, int ao, int g, int least) {
         int c = 0;
         if (hd % (2 * L) == 0) {
             for (; c < hd; c += 2 * L) {
-                kernel4x2(s.v, c, hd, s.scores, 0, r1 * stride, r2 * stride, r3 * stride, least, acc, ao + c, hd, g,
-                        s.corr);
+                kernel(s.v, c, hd, s.scores, 0, stride, least, acc, ao + c, hd, g, s.corr);
                 rowTails(s, stride, hd, acc, ao, g, least, c, 2);
             }
         }
@@ -393,66 +388,78 @@ public final class CpuAttention implements Attention {
     }
 
     /**
-     * The register-blocked micro-kernel of both products: for rows {@code x < g} (at most 4) and two vectors
-     * {@code u}, {@code out[o + x * outStride + u * L ..] = init + sum_{k < inner} a[ao + k * aStep + u * L ..] *
-     * b[bx + k]}, where {@code bx} is {@code b0..b3} and {@code init} is zero, or the previous output times
-     * {@code scale[x]} when {@code scale} is given. Eight accumulators stay in registers: enough independent FMA
-     * chains to hide the FMA latency, and each step loads two vectors of {@code a} and four elements of {@code b} for
-     * eight FMAs. Missing rows repeat the last one and are not stored.
+     * The register-blocked micro-kernel of both products: for rows {@code x < g} (at most {@value #GROUP}) and two
+     * vectors {@code u}, {@code out[o + x * outStride + u * L ..] = init + sum_{k < inner} a[ao + k * aStep + u * L ..]
+     * * b[b0 + x * bStride + k]}, where {@code init} is zero, or the previous output times {@code scale[x]} when
+     * {@code scale} is given. Twelve accumulators stay in registers: more independent FMA chains than the FMA latency
+     * needs, and each step loads two vectors of {@code a} and six elements of {@code b} for twelve FMAs. Missing rows
+     * repeat the last one and are not stored.
      */
-    private static void kernel4x2(float[] a, int ao, int aStep, float[] b, int b0, int b1, int b2, int b3, int inner,
-                                  float[] out, int o, int outStride, int g, float[] scale) {
+    private static void kernel(float[] a, int ao, int aStep, float[] b, int b0, int bStride, int inner,
+                               float[] out, int o, int outStride, int g, float[] scale) {
         var sp = VectorOps.FLOATS;
-        int o1 = o + Math.min(1, g - 1) * outStride;
-        int o2 = o + Math.min(2, g - 1) * outStride;
-        int o3 = o + Math.min(3, g - 1) * outStride;
-        FloatVector a0 = FloatVector.zero(sp), a1 = a0, a2 = a0, a3 = a0;
-        FloatVector c0 = a0, c1 = a0, c2 = a0, c3 = a0;
+        int r1 = Math.min(1, g - 1), r2 = Math.min(2, g - 1), r3 = Math.min(3, g - 1);
+        int r4 = Math.min(4, g - 1), r5 = Math.min(5, g - 1);
+        int p1 = b0 + r1 * bStride, p2 = b0 + r2 * bStride, p3 = b0 + r3 * bStride;
+        int p4 = b0 + r4 * bStride, p5 = b0 + r5 * bStride;
+        int o1 = o + r1 * outStride, o2 = o + r2 * outStride, o3 = o + r3 * outStride;
+        int o4 = o + r4 * outStride, o5 = o + r5 * outStride;
+        FloatVector a0 = FloatVector.zero(sp), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0;
+        FloatVector c0 = a0, c1 = a0, c2 = a0, c3 = a0, c4 = a0, c5 = a0;
         if (scale != null) {
             a0 = FloatVector.fromArray(sp, out, o).mul(scale[0]);
             c0 = FloatVector.fromArray(sp, out, o + L).mul(scale[0]);
-            a1 = FloatVector.fromArray(sp, out, o1).mul(scale[Math.min(1, g - 1)]);
-            c1 = FloatVector.fromArray(sp, out, o1 + L).mul(scale[Math.min(1, g - 1)]);
-            a2 = FloatVector.fromArray(sp, out, o2).mul(scale[Math.min(2, g - 1)]);
-            c2 = FloatVector.fromArray(sp, out, o2 + L).mul(scale[Math.min(2, g - 1)]);
-            a3 = FloatVector.fromArray(sp, out, o3).mul(scale[Math.min(3, g - 1)]);
-            c3 = FloatVector.fromArray(sp, out, o3 + L).mul(scale[Math.min(3, g - 1)]);
+            a1 = FloatVector.fromArray(sp, out, o1).mul(scale[r1]);
+            c1 = FloatVector.fromArray(sp, out, o1 + L).mul(scale[r1]);
+            a2 = FloatVector.fromArray(sp, out, o2).mul(scale[r2]);
+            c2 = FloatVector.fromArray(sp, out, o2 + L).mul(scale[r2]);
+            a3 = FloatVector.fromArray(sp, out, o3).mul(scale[r3]);
+            c3 = FloatVector.fromArray(sp, out, o3 + L).mul(scale[r3]);
+            a4 = FloatVector.fromArray(sp, out, o4).mul(scale[r4]);
+            c4 = FloatVector.fromArray(sp, out, o4 + L).mul(scale[r4]);
+            a5 = FloatVector.fromArray(sp, out, o5).mul(scale[r5]);
+            c5 = FloatVector.fromArray(sp, out, o5 + L).mul(scale[r5]);
         }
         for (int k = 0; k < inner; k++) {
             int ak = ao + k * aStep;
             FloatVector x = FloatVector.fromArray(sp, a, ak);
             FloatVector y = FloatVector.fromArray(sp, a, ak + L);
-            FloatVector w0 = FloatVector.broadcast(sp, b[b0 + k]);
-            FloatVector w1 = FloatVector.broadcast(sp, b[b1 + k]);
-            FloatVector w2 = FloatVector.broadcast(sp, b[b2 + k]);
-            FloatVector w3 = FloatVector.broadcast(sp, b[b3 + k]);
-            a0 = x.fma(w0, a0);
-            a1 = x.fma(w1, a1);
-            a2 = x.fma(w2, a2);
-            a3 = x.fma(w3, a3);
-            c0 = y.fma(w0, c0);
-            c1 = y.fma(w1, c1);
-            c2 = y.fma(w2, c2);
-            c3 = y.fma(w3, c3);
+            FloatVector w = FloatVector.broadcast(sp, b[b0 + k]);
+            a0 = x.fma(w, a0);
+            c0 = y.fma(w, c0);
+            w = FloatVector.broadcast(sp, b[p1 + k]);
+            a1 = x.fma(w, a1);
+            c1 = y.fma(w, c1);
+            w = FloatVector.broadcast(sp, b[p2 + k]);
+            a2 = x.fma(w, a2);
+            c2 = y.fma(w, c2);
+            w = FloatVector.broadcast(sp, b[p3 + k]);
+            a3 = x.fma(w, a3);
+            c3 = y.fma(w, c3);
+            w = FloatVector.broadcast(sp, b[p4 + k]);
+            a4 = x.fma(w, a4);
+            c4 = y.fma(w, c4);
+            w = FloatVector.broadcast(sp, b[p5 + k]);
+            a5 = x.fma(w, a5);
+            c5 = y.fma(w, c5);
         }
+        // Stored from the last row down: a repeated row then ends up holding its own (identical) result.
+        a5.intoArray(out, o5);
+        c5.intoArray(out, o5 + L);
+        a4.intoArray(out, o4);
+        c4.intoArray(out, o4 + L);
+        a3.intoArray(out, o3);
+        c3.intoArray(out, o3 + L);
+        a2.intoArray(out, o2);
+        c2.intoArray(out, o2 + L);
+        a1.intoArray(out, o1);
+        c1.intoArray(out, o1 + L);
         a0.intoArray(out, o);
         c0.intoArray(out, o + L);
-        if (g > 1) {
-            a1.intoArray(out, o1);
-            c1.intoArray(out, o1 + L);
-        }
-        if (g > 2) {
-            a2.intoArray(out, o2);
-            c2.intoArray(out, o2 + L);
-        }
-        if (g > 3) {
-            a3.intoArray(out, o3);
-            c3.intoArray(out, o3 + L);
-        }
     }
 
     /**
-     * The positions of rows {@code x < g} beyond {@code from} (the part of their limit not shared by all four), for
+     * The positions of rows {@code x < g} beyond {@code from} (the part of their limit not shared by the whole group), for
      * {@code width} vectors of the head dimension at {@code c}.
      */
     private static void rowTails(Scratch s, int stride, int hd, float[] acc, int ao, int g, int from, int c, int width) {

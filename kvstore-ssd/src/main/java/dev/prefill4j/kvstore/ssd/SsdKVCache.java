@@ -207,13 +207,16 @@ final class SsdKVCache implements KVCache {
             throw new IllegalArgumentException("positions " + position + ".." + (position + count - 1)
                     + " exceed the KV capacity of " + config.capacity());
         }
-        readAhead.cancel();
+        // Appends only touch the page in RAM; a page they complete is new on disk, after any page being streamed.
         int kvDim = config.kvDim();
         for (int i = 0; i < count; i++) {
             int p = position + i;
             int page = p / config.pageSize();
             if (page != current[layer]) {
                 current[layer] = page;
+                if (onDisk[layer][page]) {
+                    readAhead.cancel();
+                }
                 forget(layer, page); // a copy on disk from before a truncation is stale now
             }
             long row = p % config.pageSize();
@@ -349,7 +352,11 @@ final class SsdKVCache implements KVCache {
 
     @Override
     public void readAhead(int layer, int fromPage, int toPage) {
-        readAhead.start(layer, fromPage, toPage);
+        if (fromPage >= toPage) {
+            readAhead.finish(layer);
+        } else {
+            readAhead.start(layer, fromPage, toPage);
+        }
     }
 
     @Override
@@ -387,13 +394,15 @@ final class SsdKVCache implements KVCache {
 
     @Override
     public void truncate(int length) {
-        readAhead.cancel();
         for (int l = 0; l < lengths.length; l++) {
             if (length >= lengths[l]) {
                 continue;
             }
             lengths[l] = length;
             int page = length / config.pageSize();
+            if (onDisk[l][page] || (page + 1 < config.pagesPerLayer() && onDisk[l][page + 1])) {
+                readAhead.cancel(); // pages on disk are about to change
+            }
             if (page != current[l] || onDisk[l][page]) {
                 // The cut falls in a page already written: bring it back as the page being filled.
                 if (onDisk[l][page]) {
@@ -484,6 +493,8 @@ final class SsdKVCache implements KVCache {
         private final PrefillException[] errors;
         private final Thread thread;
         private int layer = -1;
+        /** Whether attention announced the stream (then it takes every page once); else it is read speculatively. */
+        private boolean announced;
         private int from;
         private int end;
         private int next;
@@ -501,26 +512,48 @@ final class SsdKVCache implements KVCache {
             this.thread = Thread.ofPlatform().daemon().name("prefill4j-kv-io").start(this);
         }
 
-        /** Announces pages {@code [fromPage, toPage)} of a layer; only pages already on disk are streamed. */
+        /**
+         * Announces pages {@code [fromPage, toPage)} of a layer; only pages already on disk are streamed. A stream of
+         * the same layer from the same page, started ahead of time by {@link #finish}, is kept with what it has read.
+         */
         synchronized void start(int l, int fromPage, int toPage) {
-            cancel();
-            if (fromPage >= toPage || l < 0) {
-                return;
-            }
             int e = fromPage;
             while (e < toPage && onDisk[l][e]) {
                 e++;
             }
+            if (layer == l && !announced && from == fromPage && e >= end) {
+                end = e; // pages completed since the stream started are appended to it
+                announced = true;
+                notifyAll();
+                return;
+            }
+            cancel();
             layer = l;
             from = fromPage;
             end = e;
             next = fromPage;
+            announced = true;
             notifyAll();
+        }
+
+        /**
+         * Attention is done with layer {@code l}: start streaming the layer it reads next (decoding goes through the
+         * layers in order, then wraps to the first for the next token), so the disk works while the rest of the layer
+         * is computed. A different announcement later discards it.
+         */
+        synchronized void finish(int l) {
+            cancel();
+            if (l >= 0 && l < lengths.length) {
+                int nl = (l + 1) % lengths.length;
+                start(nl, 0, (lengths[nl] + config.pageSize() - 1) / config.pageSize());
+                announced = false; // speculative until attention announces it
+            }
         }
 
         /** Ends the announcement: waits for a read in flight, then frees every slot. */
         synchronized void cancel() {
             layer = -1;
+            announced = false;
             while (reading) {
                 waitQuietly();
             }
@@ -532,14 +565,14 @@ final class SsdKVCache implements KVCache {
 
         /** {@return page {@code index} from the rings when it is part of the announcement, waiting for it; else null} */
         synchronized KVPage take(int l, int index, int n) {
-            if (l != layer || index < from || index >= end) {
+            if (l != layer || !announced || index < from || index >= end) {
                 return null;
             }
             int s = (index - from) % slots;
-            while (layer == l && !(pageOf[s] == index && ready[s])) {
+            while (layer == l && announced && !(pageOf[s] == index && ready[s])) {
                 waitQuietly();
             }
-            if (layer != l) {
+            if (layer != l || !announced) {
                 return null; // cancelled meanwhile: read it directly
             }
             if (errors[s] != null) {
