@@ -75,24 +75,6 @@ final class DirectIo {
         }
     }
 
-    /** A scattering read of consecutive file bytes into several buffers (one system call per round). */
-    static void readFully(FileChannel ch, ByteBuffer[] dst, long at) throws IOException {
-        synchronized (ch) {
-            ch.position(at);
-            long want = 0;
-            for (ByteBuffer b : dst) {
-                want += b.remaining();
-            }
-            while (want > 0) {
-                long n = ch.read(dst);
-                if (n < 0) {
-                    throw new IOException("unexpected end of file at byte " + ch.position());
-                }
-                want -= n;
-            }
-        }
-    }
-
     /**
      * Reads the first {@code bytes} of {@code file} sequentially with direct I/O in 8 MiB requests (the same path as
      * the cache's reads, without its checks and copies) and returns bytes per second.
