@@ -51,38 +51,53 @@ final class ExpOps {
     }
 
     /**
-     * Replaces {@code a[o + i]} by {@code exp(a[o + i] - shift)} for {@code i < n} and returns their sum (lanes
-     * summed in a fixed order, then the tail).
+     * Replaces {@code a[o + i]} by {@code exp(a[o + i] - shift)} for {@code i < n} and returns their sum (two vectors
+     * per step, so two independent polynomial chains are in flight; lanes summed in a fixed order, then the tail).
      */
     static float expInPlace(float[] a, int o, int n, float shift, float[] lanes) {
         var species = VectorOps.FLOATS;
-        int bound = species.loopBound(n);
-        FloatVector acc = FloatVector.zero(species);
+        int step = species.length();
+        FloatVector acc0 = FloatVector.zero(species);
+        FloatVector acc1 = acc0;
         int i = 0;
-        for (; i < bound; i += species.length()) {
-            FloatVector x = FloatVector.fromArray(species, a, o + i).sub(shift).max(FLOOR);
-            FloatVector t = x.fma(LOG2E, ROUNDER);
-            IntVector n2 = t.reinterpretAsInts().sub(ROUNDER_BITS - 127).lanewise(VectorOperators.LSHL, 23);
-            FloatVector nf = t.sub(ROUNDER);
-            FloatVector r = nf.fma(FloatVector.broadcast(species, -LN2_HI), x);
-            r = nf.fma(FloatVector.broadcast(species, -LN2_LO), r);
-            FloatVector p = r.fma(FloatVector.broadcast(species, C7), FloatVector.broadcast(species, C6));
-            p = p.fma(r, FloatVector.broadcast(species, C5));
-            p = p.fma(r, FloatVector.broadcast(species, C4));
-            p = p.fma(r, FloatVector.broadcast(species, C3));
-            p = p.fma(r, FloatVector.broadcast(species, C2));
-            p = p.fma(r, FloatVector.broadcast(species, 1f));
-            p = p.fma(r, FloatVector.broadcast(species, 1f));
-            FloatVector e = p.mul(n2.reinterpretAsFloats());
-            e.intoArray(a, o + i);
-            acc = acc.add(e);
+        for (; i + 2 * step <= n; i += 2 * step) {
+            FloatVector e0 = exp(FloatVector.fromArray(species, a, o + i).sub(shift));
+            FloatVector e1 = exp(FloatVector.fromArray(species, a, o + i + step).sub(shift));
+            e0.intoArray(a, o + i);
+            e1.intoArray(a, o + i + step);
+            acc0 = acc0.add(e0);
+            acc1 = acc1.add(e1);
         }
-        float sum = VectorOps.sum(acc, lanes);
+        for (; i + step <= n; i += step) {
+            FloatVector e0 = exp(FloatVector.fromArray(species, a, o + i).sub(shift));
+            e0.intoArray(a, o + i);
+            acc0 = acc0.add(e0);
+        }
+        float sum = VectorOps.sum(acc0.add(acc1), lanes);
         for (; i < n; i++) {
             float e = exp(a[o + i] - shift);
             a[o + i] = e;
             sum += e;
         }
         return sum;
+    }
+
+    /** The lane arithmetic of {@link #exp(float)}, on a vector. */
+    private static FloatVector exp(FloatVector in) {
+        var species = in.species();
+        FloatVector x = in.max(FLOOR);
+        FloatVector t = x.fma(LOG2E, ROUNDER);
+        IntVector n2 = t.reinterpretAsInts().sub(ROUNDER_BITS - 127).lanewise(VectorOperators.LSHL, 23);
+        FloatVector nf = t.sub(ROUNDER);
+        FloatVector r = nf.fma(FloatVector.broadcast(species, -LN2_HI), x);
+        r = nf.fma(FloatVector.broadcast(species, -LN2_LO), r);
+        FloatVector p = r.fma(FloatVector.broadcast(species, C7), FloatVector.broadcast(species, C6));
+        p = p.fma(r, FloatVector.broadcast(species, C5));
+        p = p.fma(r, FloatVector.broadcast(species, C4));
+        p = p.fma(r, FloatVector.broadcast(species, C3));
+        p = p.fma(r, FloatVector.broadcast(species, C2));
+        p = p.fma(r, FloatVector.broadcast(species, 1f));
+        p = p.fma(r, FloatVector.broadcast(species, 1f));
+        return p.mul(n2.reinterpretAsFloats());
     }
 }
