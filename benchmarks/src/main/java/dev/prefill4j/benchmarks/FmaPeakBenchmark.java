@@ -3,7 +3,6 @@ package dev.prefill4j.benchmarks;
 import java.util.concurrent.TimeUnit;
 import jdk.incubator.vector.FloatVector;
 import jdk.incubator.vector.VectorSpecies;
-import org.openjdk.jmh.annotations.AuxCounters;
 import org.openjdk.jmh.annotations.Benchmark;
 import org.openjdk.jmh.annotations.BenchmarkMode;
 import org.openjdk.jmh.annotations.Fork;
@@ -30,14 +29,6 @@ public class FmaPeakBenchmark {
     private static final VectorSpecies<Float> S = FloatVector.SPECIES_PREFERRED;
     private static final int STEPS = 100_000;
     private final float seed = 1.0001f;
-
-    /** Counts FLOPs. */
-    @State(Scope.Thread)
-    @AuxCounters(AuxCounters.Type.OPERATIONS)
-    public static class Flops {
-        /** Floating-point operations done. */
-        public long flops;
-    }
 
     /** {@return the chains' sum} @param flops the FLOP counter */
     @Benchmark

@@ -9,7 +9,6 @@ import java.lang.foreign.Arena;
 import java.lang.foreign.MemorySegment;
 import java.util.SplittableRandom;
 import java.util.concurrent.TimeUnit;
-import org.openjdk.jmh.annotations.AuxCounters;
 import org.openjdk.jmh.annotations.Benchmark;
 import org.openjdk.jmh.annotations.BenchmarkMode;
 import org.openjdk.jmh.annotations.Fork;
@@ -54,14 +53,6 @@ public class MatmulBenchmark {
     private float[] x;
     private float[] out;
     private Arena arena;
-
-    /** Counts FLOPs so JMH reports them per second next to the operations. */
-    @State(Scope.Thread)
-    @AuxCounters(AuxCounters.Type.OPERATIONS)
-    public static class Flops {
-        /** Floating-point operations done. */
-        public long flops;
-    }
 
     /** Builds the device and the encoded weights. */
     @Setup(Level.Trial)
