@@ -6,7 +6,7 @@
  * @uses dev.prefill4j.api.spi.Backend compute devices (backend-cpu is the default)
  * @uses dev.prefill4j.api.spi.Attention attention kernels
  * @uses dev.prefill4j.api.spi.KVStore KV cache stores
- * @provides dev.prefill4j.api.spi.Quantizer f32, f16, bf16, q8_0
+ * @provides dev.prefill4j.api.spi.Quantizer f32, f16, bf16, q8_0, q8_0-activations (activations only)
  * @provides dev.prefill4j.api.spi.KVStore memory
  * @since 0.1
  */
@@ -32,6 +32,7 @@ module dev.prefill4j.engine {
             dev.prefill4j.engine.formats.F32Quantizer,
             dev.prefill4j.engine.formats.F16Quantizer,
             dev.prefill4j.engine.formats.BF16Quantizer,
-            dev.prefill4j.engine.formats.Q8_0Quantizer;
+            dev.prefill4j.engine.formats.Q8_0Quantizer,
+            dev.prefill4j.engine.formats.Q8_0ActivationQuantizer;
     provides dev.prefill4j.api.spi.KVStore with dev.prefill4j.engine.kv.MemoryKVStore;
 }

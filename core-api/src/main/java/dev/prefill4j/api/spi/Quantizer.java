@@ -42,9 +42,10 @@ public interface Quantizer extends Plugin {
 
     /**
      * {@return the id of the format activations are rounded to before they meet this format's weights when the
-     * engine runs with quantized activations}: what llama.cpp does inside its dot products ({@code q8_0} for
-     * Q4_0/Q5_0/Q8_0 weights, {@code q8_k} for the K-quants, {@code f16} for F16 weights). The default,
-     * {@code f32}, leaves activations as they are.
+     * engine runs with quantized activations}: what llama.cpp does inside its dot products ({@code
+     * q8_0-activations}, Q8_0 rounded as llama.cpp's x86 code rounds activations, for Q4_0/Q5_0/Q8_0 weights;
+     * {@code q8_k} for the K-quants; {@code f16} for F16 weights). The default, {@code f32}, leaves activations as
+     * they are.
      */
     default String activationFormat() {
         return "f32";

@@ -24,7 +24,7 @@ public final class Q8_0Quantizer implements Quantizer {
     @Override public int blockSize() { return QK; }
     @Override public int blockBytes() { return BLOCK_BYTES; }
     @Override public OptionalInt ggufType() { return OptionalInt.of(8); }
-    @Override public String activationFormat() { return "q8_0"; }
+    @Override public String activationFormat() { return Q8_0ActivationQuantizer.ID; }
 
     @Override
     public void decode(MemorySegment src, long offset, float[] dst, int dstOffset, int count) {
@@ -43,7 +43,16 @@ public final class Q8_0Quantizer implements Quantizer {
 
     @Override
     public void encode(float[] src, int srcOffset, int count, MemorySegment dst, long offset) {
-        Blocks.checkCount(count, QK, id());
+        encode(src, srcOffset, count, dst, offset, false);
+    }
+
+    /**
+     * Encodes blocks; {@code simd} selects the arithmetic of ggml's x86 CPU code ({@code quantize_row_q8_0} in
+     * ggml-cpu/arch/x86/quants.c: inverse scale {@code 127 / max|x|}, products rounded half to even), otherwise the
+     * reference ({@code 1 / d}, half away from zero).
+     */
+    static void encode(float[] src, int srcOffset, int count, MemorySegment dst, long offset, boolean simd) {
+        Blocks.checkCount(count, QK, "q8_0");
         for (int b = 0; b < count / QK; b++) {
             int base = srcOffset + b * QK;
             float amax = 0;
@@ -51,11 +60,12 @@ public final class Q8_0Quantizer implements Quantizer {
                 amax = Math.max(amax, Math.abs(src[base + j]));
             }
             float d = amax / 127f;
-            float id = d != 0 ? 1f / d : 0f;
+            float id = simd ? (amax != 0 ? 127f / amax : 0f) : (d != 0 ? 1f / d : 0f);
             long o = offset + (long) b * BLOCK_BYTES;
             dst.set(Blocks.I16, o, Float.floatToFloat16(d));
             for (int j = 0; j < QK; j++) {
-                dst.set(Blocks.I8, o + 2 + j, (byte) Blocks.roundHalfAway(src[base + j] * id));
+                float v = src[base + j] * id;
+                dst.set(Blocks.I8, o + 2 + j, (byte) (simd ? Math.rint(v) : Blocks.roundHalfAway(v)));
             }
         }
     }

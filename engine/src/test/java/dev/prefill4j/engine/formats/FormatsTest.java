@@ -2,6 +2,7 @@ package dev.prefill4j.engine.formats;
 
 import static org.junit.jupiter.api.Assertions.assertArrayEquals;
 import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import dev.prefill4j.api.spi.Quantizer;
 import java.lang.foreign.Arena;
@@ -22,8 +23,55 @@ class FormatsTest {
             case "f16" -> new F16Quantizer();
             case "bf16" -> new BF16Quantizer();
             case "q8_0" -> new Q8_0Quantizer();
+            case "q8_0-activations" -> new Q8_0ActivationQuantizer();
             default -> throw new IllegalArgumentException(id);
         };
+    }
+
+    /**
+     * Activation rounding as llama.cpp's x86 code does it, against the reference rounding, on blocks whose values are
+     * small multiples of one step (as activations from a quantized embedding are), so that {@code x * 127 / max} often
+     * lands on or next to a tie (4 steps of a maximum of 8 give 63.5). Each encoder must produce exactly what its
+     * formula gives (reference: {@code x * (1 / (max / 127))} rounded half away from zero; x86: {@code x * (127 /
+     * max)} rounded half to even, both in float), and the two must differ somewhere in the 10,000 blocks, or the test
+     * could not tell them apart.
+     */
+    @Test
+    void q8_0ActivationRoundingIsLlamaCppsX86Rounding() {
+        Quantizer ref = new Q8_0Quantizer();
+        Quantizer x86 = new Q8_0ActivationQuantizer();
+        SplittableRandom rnd = new SplittableRandom(11);
+        MemorySegment a = Arena.ofAuto().allocate(34);
+        MemorySegment b = Arena.ofAuto().allocate(34);
+        int differing = 0;
+        for (int trial = 0; trial < 10_000; trial++) {
+            float step = (float) (0.001 + rnd.nextDouble());
+            float[] x = new float[32];
+            for (int j = 0; j < 32; j++) {
+                x[j] = rnd.nextInt(-8, 9) * step;
+            }
+            x[0] = 8 * step;
+            ref.encode(x, 0, 32, a, 0);
+            x86.encode(x, 0, 32, b, 0);
+            float amax = 0;
+            for (float v : x) {
+                amax = Math.max(amax, Math.abs(v));
+            }
+            float idRef = 1f / (amax / 127f);
+            float idX86 = 127f / amax;
+            for (int j = 0; j < 32; j++) {
+                float r = x[j] * idRef;
+                float s = x[j] * idX86;
+                int wantRef = (int) Math.signum(r) * (int) Math.floor(Math.abs(r) + 0.5f);
+                int wantX86 = (int) Math.rint(s);
+                assertEquals(wantRef, a.get(java.lang.foreign.ValueLayout.JAVA_BYTE, 2 + j), "reference, element " + j);
+                assertEquals(wantX86, b.get(java.lang.foreign.ValueLayout.JAVA_BYTE, 2 + j), "x86, element " + j);
+                if (wantRef != wantX86) {
+                    differing++;
+                }
+            }
+        }
+        assertTrue(differing > 0, "the two roundings never differed: the test data has no ties");
     }
 
     @Test
@@ -73,7 +121,7 @@ class FormatsTest {
      * accumulation error (1e-5 relative to sum|w*x|).
      */
     @ParameterizedTest
-    @ValueSource(strings = {"f32", "f16", "bf16", "q8_0"})
+    @ValueSource(strings = {"f32", "f16", "bf16", "q8_0", "q8_0-activations"})
     void roundTripAndDotAgainstFp64(String id) {
         Quantizer q = format(id);
         SplittableRandom rnd = new SplittableRandom(7);

@@ -13,7 +13,8 @@ import java.util.OptionalInt;
  * {@code q = min(15, (int)((x - min) / d + 0.5))}.
  *
  * <p>llama.cpp pairs Q4_1 weights with Q8_1 activations, whose int8 values and scale equal Q8_0's (Q8_1 only adds a
- * block sum), so {@link #activationFormat()} names the built-in {@code q8_0}.
+ * block sum), so {@link #activationFormat()} names the engine's built-in {@code q8_0-activations} (Q8_0 rounded as
+ * llama.cpp's x86 code rounds activations).
  */
 public final class Q4_1Quantizer implements Quantizer {
     private static final int QK = 32;
@@ -30,7 +31,7 @@ public final class Q4_1Quantizer implements Quantizer {
     @Override public int blockSize() { return QK; }
     @Override public int blockBytes() { return BYTES; }
     @Override public OptionalInt ggufType() { return OptionalInt.of(3); }
-    @Override public String activationFormat() { return "q8_0"; }
+    @Override public String activationFormat() { return "q8_0-activations"; }
 
     @Override
     public void decode(MemorySegment src, long offset, float[] dst, int dstOffset, int count) {

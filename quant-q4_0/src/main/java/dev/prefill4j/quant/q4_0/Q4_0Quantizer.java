@@ -35,7 +35,7 @@ public final class Q4_0Quantizer implements Quantizer {
     @Override public int blockSize() { return QK; }
     @Override public int blockBytes() { return BYTES; }
     @Override public OptionalInt ggufType() { return OptionalInt.of(2); }
-    @Override public String activationFormat() { return "q8_0"; }
+    @Override public String activationFormat() { return "q8_0-activations"; }
 
     @Override
     public void decode(MemorySegment src, long offset, float[] dst, int dstOffset, int count) {

@@ -23,7 +23,7 @@ public final class Q5_1Quantizer implements Quantizer {
     @Override public int blockBytes() { return BYTES; }
     @Override public OptionalInt ggufType() { return OptionalInt.of(7); }
     // llama.cpp pairs Q5_1 with Q8_1 activations, whose int8 values and scale equal Q8_0's (Q8_1 only adds a block sum).
-    @Override public String activationFormat() { return "q8_0"; }
+    @Override public String activationFormat() { return "q8_0-activations"; }
 
     @Override
     public void decode(MemorySegment src, long offset, float[] dst, int dstOffset, int count) {
