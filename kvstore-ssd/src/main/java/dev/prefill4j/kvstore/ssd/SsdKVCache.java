@@ -374,6 +374,7 @@ final class SsdKVCache implements KVCache {
 
     @Override
     public OptionalDouble sequentialReadSpeed(long maxBytes) {
+        readAhead.cancel(); // measure the disk alone, with no read-ahead in flight
         return OptionalDouble.of(DirectIo.sequentialReadSpeed(file, Math.min(maxBytes, slotsOnDisk * slot), alignment));
     }
 
