@@ -170,16 +170,6 @@ final class SsdKVCache implements KVCache {
         }
     }
 
-    /** The file of this cache (tests inspect it). */
-    Path file() {
-        return file;
-    }
-
-    /** Bytes of one slot (tests compute offsets with it). */
-    long slotBytes() {
-        return slot;
-    }
-
     @Override
     public KVConfig config() {
         return config;
