@@ -121,6 +121,14 @@ final class EngineOptions {
         return kvResume != null;
     }
 
+    /** Refuses --kv-keep/--kv-resume with a store that does not keep caches. @param e the engine @param s the session */
+    void checkKeeping(Engine e, dev.prefill4j.engine.Session s) {
+        if ((kvKeep != null || kvResume != null) && !s.cache().persistent()) {
+            throw new PrefillException(PrefillException.Code.ARGUMENT, "KV store '" + e.kvStore().id() + "' does not "
+                    + "keep caches: use --kv ssd --kv-dir DIR with --kv-keep/--kv-resume");
+        }
+    }
+
     Engine openEngine() {
         Engine.Builder b = Engine.builder().backend(backend).kvStore(kv);
         if (threads != null) {

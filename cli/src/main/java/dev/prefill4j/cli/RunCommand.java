@@ -96,6 +96,7 @@ final class RunCommand implements Callable<Integer> {
             java.util.function.IntConsumer sink = stream == null ? null : id -> stream.write(model.tokenizer().bytes(id));
             BurstGeneration bursts = null;
             Generation g;
+            engine.checkKeeping(e, session);
             if (engine.resuming() && logitsOut != null) {
                 throw new PrefillException(PrefillException.Code.ARGUMENT, "--logits-out writes prompt logits; a "
                         + "resumed run has no prompt");

@@ -226,4 +226,23 @@ class KeptKVCacheTest {
             assertEquals(List.of(), list());
         }
     }
+
+    /** The CLI round trip users run: keep, resume, and the same ids as one run; a store that cannot keep is refused. */
+    @Test
+    void theCliKeepsAndResumes() throws Exception {
+        String model = Models.require("stories260K-F32.gguf").toString();
+        Cli.Result whole = Cli.run("run", "-m", model, "-n", "16", "--temp", "0", "--json");
+        Cli.Result first = Cli.run("run", "-m", model, "-n", "6", "--temp", "0", "--json", "--kv", "ssd", "--kv-dir",
+                dir.toString(), "--kv-keep", "cli");
+        Cli.Result rest = Cli.run("run", "-m", model, "-n", "10", "--temp", "0", "--json", "--kv", "ssd", "--kv-dir",
+                dir.toString(), "--kv-resume", "cli");
+        assertEquals(0, first.exit(), first.toString());
+        assertEquals(0, rest.exit(), rest.toString());
+        assertTrue(rest.out().contains("\"resumed\": true"), rest.out());
+        assertArrayEquals(Cli.jsonIds(whole.out(), "generated_ids"),
+                concat(Cli.jsonIds(first.out(), "generated_ids"), Cli.jsonIds(rest.out(), "generated_ids")));
+        Cli.Result memory = Cli.run("run", "-m", model, "-n", "2", "--kv-keep", "x");
+        assertEquals(2, memory.exit(), "a usage error: " + memory);
+        assertTrue(memory.err().contains("does not keep caches") && memory.err().contains("--kv ssd"), memory.toString());
+    }
 }
