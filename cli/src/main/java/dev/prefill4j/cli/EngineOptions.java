@@ -54,12 +54,13 @@ final class EngineOptions {
 
     @Option(names = "--kv-resume", paramLabel = "NAME",
             description = "Reopen the ssd KV cache kept as NAME in --kv-dir and continue where it stopped (output "
-                    + "identical to an uninterrupted run); it stays kept, updated. A cache whose process did not close "
-                    + "it cleanly is refused.")
+                    + "identical to an uninterrupted run; no prompt; the kept sampler unless --seed is given); it stays "
+                    + "kept, updated. A cache whose process did not close it cleanly is refused.")
     String kvResume;
 
     @Option(names = "--kv-ring", paramLabel = "MiB", defaultValue = "128",
-            description = "Size of each of the ssd store's two read-ahead rings, K and V (default: ${DEFAULT-VALUE}).")
+            description = "MiB of the ssd store's read-ahead ring for K slots, and as much again for V slots (they sit "
+                    + "side by side, as in the file) (default: ${DEFAULT-VALUE}).")
     int kvRingMiB;
 
     @Option(names = "--kv-page", paramLabel = "N", defaultValue = "0",
