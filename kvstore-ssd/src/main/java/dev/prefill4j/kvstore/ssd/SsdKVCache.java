@@ -555,7 +555,7 @@ final class SsdKVCache implements KVCache {
             notifyAll();
         }
 
-        /** {@return page {@code index} from the rings when it is part of the announcement, waiting for it; else null} */
+        /** {@return page {@code index} from the ring when it is part of the announcement, waiting for it; else null} */
         KVPage take(int l, int index, int n) {
             int s;
             synchronized (this) {

@@ -15,7 +15,7 @@ import java.util.Set;
  * Provider of the SSD KV store. Options (from {@link KVConfig#options()}):
  * <ul>
  *   <li>{@value #DIR}: the directory for the cache files (required; it must support direct I/O);</li>
- *   <li>{@value #RING_MIB}: MiB of each of the two read-ahead rings, K and V (default 128);</li>
+ *   <li>{@value #RING_MIB}: MiB of the read-ahead ring for K slots, and as much again for V slots (default 128);</li>
  *   <li>{@value #CACHE_MIB}: MiB of RAM for pages read outside a read-ahead (default 32);</li>
  *   <li>{@value #KEEP}: keep the cache after the session under this name ({@code NAME.p4kv} and
  *       {@code NAME.p4kv.meta} in the directory) instead of removing it;</li>
@@ -25,7 +25,7 @@ import java.util.Set;
 public final class SsdKVStore implements KVStore {
     /** Option: the directory that holds the cache files. */
     public static final String DIR = "dir";
-    /** Option: MiB of each read-ahead ring. */
+    /** Option: MiB of the read-ahead ring for K slots (as much again for V slots). */
     public static final String RING_MIB = "ringMiB";
     /** Option: MiB of RAM for pages read outside a read-ahead. */
     public static final String CACHE_MIB = "cacheMiB";
@@ -43,7 +43,7 @@ public final class SsdKVStore implements KVStore {
 
     @Override
     public String description() {
-        return "KV pages on disk: direct I/O, read-ahead rings, CRC32C per page, owner-only files, --kv-keep/--kv-resume";
+        return "KV pages on disk: direct I/O, read-ahead ring, CRC32C per page, owner-only files, --kv-keep/--kv-resume";
     }
 
     /** As many positions as fill a 256 KiB slot after its 64-byte header, a multiple of 16 (at least 16). */
