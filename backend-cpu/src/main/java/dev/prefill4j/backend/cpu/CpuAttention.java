@@ -407,6 +407,8 @@ public final class CpuAttention implements Attention {
         int p4 = b0 + r4 * bStride, p5 = b0 + r5 * bStride, p6 = b0 + r6 * bStride, p7 = b0 + r7 * bStride;
         int o1 = o + r1 * outStride, o2 = o + r2 * outStride, o3 = o + r3 * outStride;
         int o4 = o + r4 * outStride, o5 = o + r5 * outStride, o6 = o + r6 * outStride, o7 = o + r7 * outStride;
+        // Written out row by row on purpose: vectors kept in an array or a loop over rows are not register-allocated
+        // by C2 (they would be boxed), which is the whole point of this kernel.
         FloatVector a0 = FloatVector.zero(sp), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0;
         FloatVector c0 = a0, c1 = a0, c2 = a0, c3 = a0, c4 = a0, c5 = a0, c6 = a0, c7 = a0;
         if (scale != null) {
