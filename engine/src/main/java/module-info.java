@@ -12,6 +12,8 @@
  */
 module dev.prefill4j.engine {
     requires transitive dev.prefill4j.api;
+    // Vector dot products of the built-in formats (Quantizer.dot, the CPU backend's decode-step kernel).
+    requires jdk.incubator.vector;
 
     exports dev.prefill4j.engine;
     exports dev.prefill4j.engine.draft;

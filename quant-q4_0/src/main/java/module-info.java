@@ -8,7 +8,7 @@
  */
 module dev.prefill4j.quant.q4_0 {
     requires dev.prefill4j.api;
-    // Vector API tile decoders (the CPU backend calls decode once per weight tile).
+    // Vector API tile decoders (the CPU backend calls decode once per weight tile) and fused dots (decode steps).
     requires jdk.incubator.vector;
 
     provides dev.prefill4j.api.spi.Quantizer with

@@ -13,15 +13,18 @@ import java.util.function.IntConsumer;
  * The CPU device: the calling thread plus {@code threads - 1} daemon workers, which pull task indices from a shared
  * counter, so every thread stays busy and a worker that wakes late only takes fewer tasks.
  *
- * <p>GEMM has two shapes. Prefill (six or more activation rows, outputs a multiple of four vectors): a task decodes
+ * <p>GEMM has three shapes. Prefill (six or more activation rows, outputs a multiple of four vectors): a task decodes
  * a panel of weight rows once, transposes it K-major into an L2-resident buffer and runs every block of six rows
- * through {@link VectorOps#kernel6x4} (24 accumulators, no horizontal sums). Otherwise (decode steps, odd shapes):
- * weight tiles decoded row-major and dot products four rows at a time, with lane sums in a fixed order. Both
- * accumulate each output in a fixed order, so results do not depend on JIT warm-up.
+ * through {@link VectorOps#kernel6x4} (24 accumulators, no horizontal sums). Decode steps (up to three rows): the
+ * format's fused {@code dot}, weights read straight from the model file. Otherwise (odd shapes): weight tiles decoded
+ * row-major and dot products four rows at a time, with lane sums in a fixed order. All accumulate each output in a
+ * fixed order, so results do not depend on JIT warm-up.
  */
 final class CpuDevice implements ComputeDevice {
     /** Bytes of decoded weights per tile: small enough to stay in L2 while all activation rows pass over it. */
     private static final int TILE_BYTES = 128 * 1024;
+    /** Up to this many activation rows, GEMM is a fused dot product per output (decode steps). */
+    private static final int DOT_MAX_ROWS = 3;
 
     private final int threads;
     private final ExecutorService pool;
@@ -93,6 +96,10 @@ final class CpuDevice implements ComputeDevice {
             matmulPanels(w, x, rows, out, panel);
             return;
         }
+        if (rows <= DOT_MAX_ROWS) {
+            matmulDots(w, x, rows, out);
+            return;
+        }
         int n = w.rows();
         int k = w.cols();
         long rowBytes = w.rowBytes();
@@ -154,6 +161,28 @@ final class CpuDevice implements ComputeDevice {
             for (int r = 0; r < rows; r++) {
                 for (int o = o0; o < o1; o++) {
                     out[r * n + o] = VectorOps.dotExact(buf, (o - o0) * k, x, r * k, k, lanes);
+                }
+            }
+        });
+    }
+
+    /**
+     * Decode steps (at most {@value #DOT_MAX_ROWS} activation rows): the format's fused {@link
+     * dev.prefill4j.api.spi.Quantizer#dot} per output and row, so the weights are read once, straight from the model
+     * file, and never written out as floats. Tasks are runs of consecutive output rows, several per thread.
+     */
+    private void matmulDots(WeightMatrix w, float[] x, int rows, float[] out) {
+        int n = w.rows();
+        int k = w.cols();
+        long rowBytes = w.rowBytes();
+        var format = w.format();
+        var data = w.data();
+        int run = Math.max(1, Math.min(64, n / (8 * threads)));
+        parallelFor((n + run - 1) / run, t -> {
+            int o1 = Math.min(n, (t + 1) * run);
+            for (int o = t * run; o < o1; o++) {
+                for (int r = 0; r < rows; r++) {
+                    out[r * n + o] = format.dot(data, rowBytes * o, x, r * k, k);
                 }
             }
         });

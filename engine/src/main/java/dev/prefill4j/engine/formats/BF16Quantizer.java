@@ -33,8 +33,9 @@ public final class BF16Quantizer implements Quantizer {
 
     @Override
     public void decode(MemorySegment src, long offset, float[] dst, int dstOffset, int count) {
+        short[] h = F16Quantizer.stage(src, offset, count); // bulk copy, then a loop C2 vectorizes
         for (int i = 0; i < count; i++) {
-            dst[dstOffset + i] = toFloat(src.get(Blocks.I16, offset + 2L * i));
+            dst[dstOffset + i] = toFloat(h[i]);
         }
     }
 
@@ -45,17 +46,9 @@ public final class BF16Quantizer implements Quantizer {
         }
     }
 
+    /** Decoded a chunk at a time into L1 and multiplied with vectors ({@link FusedDot}). */
     @Override
     public float dot(MemorySegment src, long offset, float[] x, int xOffset, int count) {
-        float s0 = 0, s1 = 0;
-        int i = 0;
-        for (; i + 2 <= count; i += 2) {
-            s0 += toFloat(src.get(Blocks.I16, offset + 2L * i)) * x[xOffset + i];
-            s1 += toFloat(src.get(Blocks.I16, offset + 2L * i + 2)) * x[xOffset + i + 1];
-        }
-        for (; i < count; i++) {
-            s0 += toFloat(src.get(Blocks.I16, offset + 2L * i)) * x[xOffset + i];
-        }
-        return s0 + s1;
+        return FusedDot.byDecoding(this, src, offset, x, xOffset, count);
     }
 }

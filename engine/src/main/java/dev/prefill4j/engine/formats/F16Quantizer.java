@@ -22,15 +22,21 @@ public final class F16Quantizer implements Quantizer {
     /** Per-thread staging for bulk copies; decoding a GEMM tile must not allocate. */
     private static final ThreadLocal<short[]> STAGE = ThreadLocal.withInitial(() -> new short[0]);
 
-    @Override
-    public void decode(MemorySegment src, long offset, float[] dst, int dstOffset, int count) {
+    /** {@return {@code count} 16-bit values from {@code offset} of {@code src}, in a per-thread array} */
+    static short[] stage(MemorySegment src, long offset, int count) {
         short[] h = STAGE.get();
         if (h.length < count) {
             h = new short[count];
             STAGE.set(h);
         }
-        // A bulk copy, then a plain array loop that C2 vectorizes with the float16 conversion instruction.
         MemorySegment.copy(src, Blocks.I16, offset, h, 0, count);
+        return h;
+    }
+
+    @Override
+    public void decode(MemorySegment src, long offset, float[] dst, int dstOffset, int count) {
+        // A bulk copy, then a plain array loop that C2 vectorizes with the float16 conversion instruction.
+        short[] h = stage(src, offset, count);
         for (int i = 0; i < count; i++) {
             dst[dstOffset + i] = Float.float16ToFloat(h[i]);
         }
@@ -43,17 +49,9 @@ public final class F16Quantizer implements Quantizer {
         }
     }
 
+    /** Decoded a chunk at a time into L1 and multiplied with vectors ({@link FusedDot}). */
     @Override
     public float dot(MemorySegment src, long offset, float[] x, int xOffset, int count) {
-        float s0 = 0, s1 = 0;
-        int i = 0;
-        for (; i + 2 <= count; i += 2) {
-            s0 += Float.float16ToFloat(src.get(Blocks.I16, offset + 2L * i)) * x[xOffset + i];
-            s1 += Float.float16ToFloat(src.get(Blocks.I16, offset + 2L * i + 2)) * x[xOffset + i + 1];
-        }
-        for (; i < count; i++) {
-            s0 += Float.float16ToFloat(src.get(Blocks.I16, offset + 2L * i)) * x[xOffset + i];
-        }
-        return s0 + s1;
+        return FusedDot.byDecoding(this, src, offset, x, xOffset, count);
     }
 }

@@ -25,20 +25,9 @@ public final class F32Quantizer implements Quantizer {
         MemorySegment.copy(src, srcOffset, dst, Blocks.F32, offset, count);
     }
 
+    /** Decoded a chunk at a time into L1 and multiplied with vectors ({@link FusedDot}). */
     @Override
     public float dot(MemorySegment src, long offset, float[] x, int xOffset, int count) {
-        float s0 = 0, s1 = 0, s2 = 0, s3 = 0;
-        int i = 0;
-        for (; i + 4 <= count; i += 4) {
-            long o = offset + 4L * i;
-            s0 += src.get(Blocks.F32, o) * x[xOffset + i];
-            s1 += src.get(Blocks.F32, o + 4) * x[xOffset + i + 1];
-            s2 += src.get(Blocks.F32, o + 8) * x[xOffset + i + 2];
-            s3 += src.get(Blocks.F32, o + 12) * x[xOffset + i + 3];
-        }
-        for (; i < count; i++) {
-            s0 += src.get(Blocks.F32, offset + 4L * i) * x[xOffset + i];
-        }
-        return (s0 + s1) + (s2 + s3);
+        return FusedDot.byDecoding(this, src, offset, x, xOffset, count);
     }
 }

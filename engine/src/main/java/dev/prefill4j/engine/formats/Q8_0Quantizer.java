@@ -5,6 +5,11 @@ import dev.prefill4j.api.spi.Blocks;
 import dev.prefill4j.api.spi.Quantizer;
 import java.lang.foreign.MemorySegment;
 import java.util.OptionalInt;
+import jdk.incubator.vector.ByteVector;
+import jdk.incubator.vector.FloatVector;
+import jdk.incubator.vector.VectorOperators;
+import jdk.incubator.vector.VectorShape;
+import jdk.incubator.vector.VectorSpecies;
 
 /**
  * GGUF Q8_0 (type 8): blocks of 32 int8 with one fp16 scale, 34 bytes: {@code d} at bytes 0-1, {@code qs[32]}
@@ -17,6 +22,10 @@ import java.util.OptionalInt;
 public final class Q8_0Quantizer implements Quantizer {
     static final int QK = 32;
     static final int BLOCK_BYTES = 34;
+    /** Bytes in vectors with as many lanes as {@link FusedDot#FLOATS}. */
+    private static final VectorSpecies<Byte> QUANTS =
+            VectorSpecies.of(byte.class, VectorShape.forBitSize(FusedDot.FLOATS.length() * 8));
+    private static final VectorSpecies<Integer> INTS = VectorSpecies.of(int.class, FusedDot.FLOATS.vectorShape());
 
     @Override public String id() { return "q8_0"; }
     @Override public String apiVersion() { return ApiVersion.CURRENT; }
@@ -70,20 +79,32 @@ public final class Q8_0Quantizer implements Quantizer {
         }
     }
 
+    /** Vectorized and fused: int8 widened to floats in registers, block sums scaled into two accumulators. */
     @Override
     public float dot(MemorySegment src, long offset, float[] x, int xOffset, int count) {
         Blocks.checkCount(count, QK, id());
-        float sum = 0;
-        for (int b = 0; b < count / QK; b++) {
-            long o = offset + (long) b * BLOCK_BYTES;
-            float d = Float.float16ToFloat(src.get(Blocks.I16, o));
-            int base = xOffset + b * QK;
-            float s = 0;
-            for (int j = 0; j < QK; j++) {
-                s += src.get(Blocks.I8, o + 2 + j) * x[base + j];
+        int blocks = count / QK;
+        byte[] b = Blocks.stage(src, offset, blocks * BLOCK_BYTES);
+        var floats = FusedDot.FLOATS;
+        FloatVector even = FloatVector.zero(floats);
+        FloatVector odd = even;
+        for (int k = 0; k < blocks; k++) {
+            int o = k * BLOCK_BYTES;
+            int base = xOffset + k * QK;
+            FloatVector s = FloatVector.zero(floats);
+            for (int j = 0; j < QK; j += floats.length()) {
+                // Widened to ints, then converted: measured faster than the direct byte-to-float conversion.
+                FloatVector q = (FloatVector) ByteVector.fromArray(QUANTS, b, o + 2 + j)
+                        .convertShape(VectorOperators.B2I, INTS, 0).convert(VectorOperators.I2F, 0);
+                s = q.fma(FloatVector.fromArray(floats, x, base + j), s);
             }
-            sum += s * d;
+            FloatVector d = FloatVector.broadcast(floats, Blocks.fp16(b, o));
+            if ((k & 1) == 0) {
+                even = s.fma(d, even);
+            } else {
+                odd = s.fma(d, odd);
+            }
         }
-        return sum;
+        return FusedDot.sum(even.add(odd));
     }
 }

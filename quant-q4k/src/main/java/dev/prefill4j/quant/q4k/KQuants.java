@@ -1,6 +1,7 @@
 package dev.prefill4j.quant.q4k;
 
 import dev.prefill4j.api.spi.Blocks;
+import dev.prefill4j.api.spi.Quantizer;
 import java.lang.foreign.MemorySegment;
 import jdk.incubator.vector.FloatVector;
 import jdk.incubator.vector.VectorShape;
@@ -18,7 +19,37 @@ final class KQuants {
     static final VectorSpecies<Byte> BYTES_PER_LANE =
             VectorSpecies.of(byte.class, VectorShape.forBitSize(FLOATS.length() * 8));
 
+    /** Per-thread buffer of one decoded super-block for {@link #dot}. */
+    private static final ThreadLocal<float[]> DECODED = ThreadLocal.withInitial(() -> new float[256]);
+
     private KQuants() {
+    }
+
+    /**
+     * The fused dot product of the K formats (the CPU backend's decode-step kernel): each 256-element super-block is
+     * decoded by the format's vector decoder into a per-thread buffer that stays in L1 and multiplied with the
+     * activations in two vector accumulators, whose lanes are added first to last.
+     */
+    static float dot(Quantizer q, MemorySegment src, long offset, float[] x, int xOffset, int count) {
+        Blocks.checkCount(count, 256, q.id());
+        float[] w = DECODED.get();
+        FloatVector acc0 = FloatVector.zero(FLOATS);
+        FloatVector acc1 = acc0;
+        int step = FLOATS.length();
+        for (int b = 0; b < count / 256; b++) {
+            q.decode(src, offset + (long) b * q.blockBytes(), w, 0, 256);
+            int xo = xOffset + 256 * b;
+            for (int i = 0; i < 256; i += 2 * step) {
+                acc0 = FloatVector.fromArray(FLOATS, w, i).fma(FloatVector.fromArray(FLOATS, x, xo + i), acc0);
+                acc1 = FloatVector.fromArray(FLOATS, w, i + step).fma(FloatVector.fromArray(FLOATS, x, xo + i + step), acc1);
+            }
+        }
+        FloatVector acc = acc0.add(acc1);
+        float s = 0;
+        for (int i = 0; i < step; i++) {
+            s += acc.lane(i);
+        }
+        return s;
     }
 
     /** Sub-block {@code j}'s 6-bit scale from the 12 packed bytes at {@code o + 4} (Q4_K and Q5_K layout). */

@@ -60,29 +60,10 @@ public final class Q4KQuantizer implements Quantizer {
         }
     }
 
+    /** Decoded a super-block at a time into L1 and multiplied with vectors ({@link KQuants#dot}). */
     @Override
     public float dot(MemorySegment src, long offset, float[] x, int xOffset, int count) {
-        Blocks.checkCount(count, QK, id());
-        float sum = 0;
-        for (int b = 0; b < count / QK; b++) {
-            long o = offset + (long) b * BYTES;
-            float d = Blocks.fp16(src, o);
-            float dmin = Blocks.fp16(src, o + 2);
-            int base = xOffset + b * QK;
-            for (int c = 0; c < 4; c++) {
-                float d1 = d * KQuants.scale(src, o, 2 * c);
-                float m1 = dmin * KQuants.min(src, o, 2 * c);
-                float d2 = d * KQuants.scale(src, o, 2 * c + 1);
-                float m2 = dmin * KQuants.min(src, o, 2 * c + 1);
-                float s = 0;
-                for (int l = 0; l < 32; l++) {
-                    int q = Blocks.u8(src, o + 16 + 32 * c + l);
-                    s += (d1 * (q & 0x0F) - m1) * x[base + 64 * c + l] + (d2 * (q >>> 4) - m2) * x[base + 64 * c + 32 + l];
-                }
-                sum += s;
-            }
-        }
-        return sum;
+        return KQuants.dot(this, src, offset, x, xOffset, count);
     }
 
     @Override

@@ -26,23 +26,6 @@ public final class Q6KQuantizer implements Quantizer {
     @Override public OptionalInt ggufType() { return OptionalInt.of(14); }
     @Override public String activationFormat() { return "q8_k"; }
 
-    /** The signed level (-32..31) of element {@code e} (0..255) of the block at {@code o}. */
-    static int level(MemorySegment s, long o, int e) {
-        int h = e / 128;
-        int r = e % 128;
-        int quarter = r / 32;
-        int l = r % 32;
-        long ql = o + 64 * h + (quarter % 2 == 0 ? l : l + 32);
-        int lo = quarter < 2 ? Blocks.u8(s, ql) & 0x0F : Blocks.u8(s, ql) >>> 4;
-        int hi = (Blocks.u8(s, o + 128 + 32 * h + l) >>> (2 * quarter)) & 3;
-        return (lo | (hi << 4)) - 32;
-    }
-
-    /** The scale of element {@code e}: group {@code e / 16}. */
-    static int scale(MemorySegment s, long o, int e) {
-        return s.get(Blocks.I8, o + 192 + e / 16);
-    }
-
     @Override
     public void decode(MemorySegment src, long offset, float[] dst, int dstOffset, int count) {
         Blocks.checkCount(count, QK, id());
@@ -81,23 +64,10 @@ public final class Q6KQuantizer implements Quantizer {
                 .intoArray(dst, at);
     }
 
+    /** Decoded a super-block at a time into L1 and multiplied with vectors ({@link KQuants#dot}). */
     @Override
     public float dot(MemorySegment src, long offset, float[] x, int xOffset, int count) {
-        Blocks.checkCount(count, QK, id());
-        float sum = 0;
-        for (int b = 0; b < count / QK; b++) {
-            long o = offset + (long) b * BYTES;
-            float d = Blocks.fp16(src, o + 208);
-            int base = xOffset + b * QK;
-            for (int g = 0; g < 16; g++) {
-                float s = 0;
-                for (int e = 16 * g; e < 16 * g + 16; e++) {
-                    s += level(src, o, e) * x[base + e];
-                }
-                sum += d * scale(src, o, 16 * g) * s;
-            }
-        }
-        return sum;
+        return KQuants.dot(this, src, offset, x, xOffset, count);
     }
 
     @Override

@@ -36,19 +36,10 @@ public final class Q8KQuantizer implements Quantizer {
         }
     }
 
+    /** Decoded a super-block at a time into L1 and multiplied with vectors ({@link KQuants#dot}). */
     @Override
     public float dot(MemorySegment src, long offset, float[] x, int xOffset, int count) {
-        Blocks.checkCount(count, QK, id());
-        float sum = 0;
-        for (int b = 0; b < count / QK; b++) {
-            long o = offset + (long) b * BYTES;
-            float s = 0;
-            for (int j = 0; j < QK; j++) {
-                s += src.get(Blocks.I8, o + 4 + j) * x[xOffset + b * QK + j];
-            }
-            sum += s * src.get(Blocks.F32, o);
-        }
-        return sum;
+        return KQuants.dot(this, src, offset, x, xOffset, count);
     }
 
     @Override
