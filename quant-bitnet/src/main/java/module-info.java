@@ -8,6 +8,8 @@
  */
 module dev.prefill4j.quant.bitnet {
     requires dev.prefill4j.api;
+    // Masked vector additions for the fused dot products (decode steps).
+    requires jdk.incubator.vector;
 
     provides dev.prefill4j.api.spi.Quantizer with
             dev.prefill4j.quant.bitnet.TQ1_0Quantizer,

@@ -69,22 +69,14 @@ public final class TQ1_0Quantizer implements Quantizer {
         }
     }
 
+    /** Masked vector additions and subtractions over the unpacked trits ({@link Ternary#dot}). */
     @Override
     public float dot(MemorySegment src, long offset, float[] x, int xOffset, int count) {
         Blocks.checkCount(count, Ternary.QK, id());
         int blocks = count / Ternary.QK;
         byte[] b = Blocks.stage(src, offset, blocks * BYTES);
-        float sum = 0;
-        float[] s = new float[1];
-        for (int k = 0; k < blocks; k++) {
-            int o = k * BYTES;
-            int base = xOffset + k * Ternary.QK;
-            s[0] = 0;
-            // No multiplications by weights: each trit adds, subtracts or skips its activation.
-            forEachTrit(b, o, (e, t) -> s[0] += t == 2 ? x[base + e] : t == 0 ? -x[base + e] : 0f);
-            sum += s[0] * Blocks.fp16(b, o + 52);
-        }
-        return sum;
+        return Ternary.dot(b, blocks, BYTES, 52, (staged, o, trits) -> forEachTrit(staged, o, (e, t) -> trits[e] = (byte) t),
+                x, xOffset);
     }
 
     /** Packs trits, first most significant, then {@code ceil(v * 256 / 243)} (with a trailing zero trit for qh). */

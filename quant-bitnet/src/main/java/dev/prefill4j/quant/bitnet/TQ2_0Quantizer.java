@@ -62,28 +62,23 @@ public final class TQ2_0Quantizer implements Quantizer {
         }
     }
 
+    /** Masked vector additions and subtractions over the unpacked trits ({@link Ternary#dot}). */
     @Override
     public float dot(MemorySegment src, long offset, float[] x, int xOffset, int count) {
         Blocks.checkCount(count, Ternary.QK, id());
-        float sum = 0;
         int blocks = count / Ternary.QK;
         byte[] b = Blocks.stage(src, offset, blocks * BYTES);
-        for (int k = 0; k < blocks; k++) {
-            int o = k * BYTES;
-            int base = xOffset + k * Ternary.QK;
-            // No multiplications by weights: each trit adds, subtracts or skips its activation.
-            float s = 0;
-            for (int c = 0; c < 2; c++) {
-                for (int n = 0; n < 4; n++) {
-                    int y = base + 128 * c + 32 * n;
-                    for (int m = 0; m < 32; m++) {
-                        int t = (b[o + 32 * c + m] >> (2 * n)) & 3;
-                        s += t == 2 ? x[y + m] : t == 0 ? -x[y + m] : 0f;
-                    }
+        return Ternary.dot(b, blocks, BYTES, 64, TQ2_0Quantizer::unpack, x, xOffset);
+    }
+
+    /** Element {@code 128 c + 32 n + m} is bits {@code 2n..2n+1} of byte {@code 32 c + m} (FORMATS.md §6.1). */
+    private static void unpack(byte[] b, int o, byte[] trits) {
+        for (int c = 0; c < 2; c++) {
+            for (int n = 0; n < 4; n++) {
+                for (int m = 0; m < 32; m++) {
+                    trits[128 * c + 32 * n + m] = (byte) ((b[o + 32 * c + m] >> (2 * n)) & 3);
                 }
             }
-            sum += s * Blocks.fp16(b, o + 64);
         }
-        return sum;
     }
 }
