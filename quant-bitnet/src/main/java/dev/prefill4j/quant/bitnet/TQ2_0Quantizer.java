@@ -5,6 +5,8 @@ import dev.prefill4j.api.spi.Blocks;
 import dev.prefill4j.api.spi.Quantizer;
 import java.lang.foreign.MemorySegment;
 import java.util.OptionalInt;
+import jdk.incubator.vector.ByteVector;
+import jdk.incubator.vector.VectorOperators;
 
 /**
  * GGUF TQ2_0 (type 35): 256 trits in 66 bytes, {@code qs[64]} then {@code d} fp16 at 64. Byte {@code qs[32c + m]}
@@ -74,10 +76,9 @@ public final class TQ2_0Quantizer implements Quantizer {
     /** Element {@code 128 c + 32 n + m} is bits {@code 2n..2n+1} of byte {@code 32 c + m} (FORMATS.md §6.1). */
     private static void unpack(byte[] b, int o, byte[] trits) {
         for (int c = 0; c < 2; c++) {
+            ByteVector q = ByteVector.fromArray(ByteVector.SPECIES_256, b, o + 32 * c);
             for (int n = 0; n < 4; n++) {
-                for (int m = 0; m < 32; m++) {
-                    trits[128 * c + 32 * n + m] = (byte) ((b[o + 32 * c + m] >> (2 * n)) & 3);
-                }
+                q.lanewise(VectorOperators.ASHR, 2 * n).and((byte) 3).intoArray(trits, 128 * c + 32 * n);
             }
         }
     }
