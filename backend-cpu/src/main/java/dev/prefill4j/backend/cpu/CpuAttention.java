@@ -17,18 +17,26 @@ import jdk.incubator.vector.VectorOperators;
  * accumulator), so a page is read once per pass over it and the context is never held whole. One kernel serves
  * prefill, decode and bursts of K queries, whichever store holds the pages.
  *
- * <p>The unit of work is one page against a set of query rows (a row is one query position and one head) that
- * share a KV head: the page's K slice of that head is decoded transposed ({@code kT[d][j]}) and its V slice
- * row-major; scores for eight rows at a time come from a register-blocked kernel (one K vector load feeds eight
- * FMAs, no horizontal sums); the weights are exponentiated in place by {@link ExpOps}; values are accumulated for eight
- * rows at a time with the accumulators in registers.
+ * <p>Query rows lie in vector lanes. A row is one query position and one head; the rows that share a KV head are
+ * kept transposed ({@code qT[d][row]}), as are their accumulators ({@code acc[d][row]}), so every step of the
+ * softmax is plain lane arithmetic: a tile's maximum is a lane-wise maximum over positions, its weights are one vector
+ * exponential per position, its sum one vector addition per position; nothing is reduced across lanes and no key
+ * is transposed. The unit of work is one tile of a page (K and V of one KV head decoded row-major into L1-sized
+ * buffers) against blocks of one or two vectors of rows: scores for eight positions at a time and weighted values for
+ * eight elements of the head dimension at a time come from register-blocked micro-kernels whose broadcast operand is
+ * the decoded K or V.
  *
- * <p>Two schedules. Many queries (prefill): tasks are (KV head, block of 32 queries), each walking the pages it
- * needs. Few queries over many pages (decode, bursts up to {@value #SPLIT_MAX_QUERIES}): tasks are fixed chunks of
- * consecutive pages, taken in ascending order (so a store that reads ahead streams them in file order), each holding
- * every row's partial softmax state; finished chunks are merged strictly in chunk order. Chunk boundaries depend only
- * on the number of pages, and every row's arithmetic is independent of the other rows in its pass, so a query's
- * output is bit-identical whether it is decoded alone or verified in a burst.
+ * <p>Every lane does the same operations in the same order whatever the other lanes hold: score
+ * {@code fma} chains over the head dimension, the tile maximum, {@link ExpOps}' exponential, sums and weighted values
+ * in position order. Positions a row must not see (beyond its own position, or padding) get weight +0, which adds
+ * nothing exactly. So a row's result does not depend on which rows share its pass.
+ *
+ * <p>Two schedules. Many queries (prefill): tasks are (KV head, block of {@value #QUERY_BLOCK} queries), each walking
+ * the pages it needs. Few queries over many pages (decode, bursts up to {@value #SPLIT_MAX_QUERIES}): tasks are fixed
+ * chunks of consecutive pages, taken in ascending order (so a store that reads ahead streams them in file order),
+ * each holding every row's partial softmax state; finished chunks are merged strictly in chunk order. Chunk
+ * boundaries depend only on the number of pages, so a query's output is bit-identical whether it is decoded alone or
+ * verified in a burst.
  */
 public final class CpuAttention implements Attention {
     private static final int QUERY_BLOCK = 32;
@@ -37,8 +45,13 @@ public final class CpuAttention implements Attention {
     /** Most page chunks in the split schedule (bounds the partial states kept at once). */
     private static final int MAX_CHUNKS = 64;
     private static final int L = VectorOps.FLOATS.length();
-    /** Query rows per micro-kernel call (with two vectors each: sixteen accumulators of the 32 vector registers). */
-    private static final int GROUP = 8;
+    /** Positions per scores micro-kernel call, head-dimension elements per values call (eight accumulator pairs). */
+    private static final int STEP = 8;
+    /**
+     * Tile positions times head dimension: K and V tiles of 16 KiB each, and the weights beside them, fit in L1.
+     * At depth 65,536 with 64 queries, tiles of 2,048 to 16,384 elements measured within the machine's noise.
+     */
+    private static final int TILE_ELEMENTS = 4096;
 
     @Override public String id() { return "cpu-paged"; }
     @Override public String apiVersion() { return ApiVersion.CURRENT; }
@@ -54,31 +67,32 @@ public final class CpuAttention implements Attention {
 
     /** Per-thread buffers, grown as needed. */
     private static final class Scratch {
-        float[] kT = new float[0];
+        /** A tile's keys and values of one KV head, row-major {@code [position][d]}. */
+        float[] k = new float[0];
         float[] v = new float[0];
-        float[] tmp = new float[0];
-        float[] scores = new float[0];
-        final float[] lanes = new float[L];
-        final float[] corr = new float[GROUP];
-        final int[] limit = new int[GROUP];
+        /** Scores, then weights, of a block of rows: {@code w[j * width + lane]}. */
+        float[] w = new float[0];
+        /** Per lane of a block: how far into the tile the row sees (last visible position - tile start). */
+        final float[] last = new float[2 * L];
+        /** Per lane of a block: the tile's rescaling of the row's accumulator. */
+        final float[] corr = new float[2 * L];
 
-        void ensure(int stride, int hd) {
-            if (kT.length < stride * hd) {
-                kT = new float[stride * hd];
-                v = new float[stride * hd];
-                scores = new float[GROUP * stride];
+        void ensure(int positions, int hd) {
+            if (k.length < positions * hd) {
+                k = new float[positions * hd];
+                v = new float[positions * hd];
             }
-            if (tmp.length < L * hd) {
-                tmp = new float[L * hd];
+            if (w.length < positions * 2 * L) {
+                w = new float[positions * 2 * L];
             }
         }
     }
 
     /**
-     * Query rows sharing one KV head: row {@code i} has its scaled query at {@code q[i * hd ..]} and sees positions up
-     * to {@code pos[i]}.
+     * Query rows sharing one KV head, padded to whole vectors ({@code padded} lanes): row {@code i} has its scaled
+     * query at {@code qT[d * padded + i]} and sees positions up to {@code pos[i]} (padding rows: -1, nothing).
      */
-    private record Rows(int count, float[] q, int[] pos) {
+    private record Rows(int count, int padded, float[] qT, int[] pos) {
         int lastPos() {
             int m = -1;
             for (int i = 0; i < count; i++) {
@@ -88,16 +102,19 @@ public final class CpuAttention implements Attention {
         }
     }
 
-    /** Online-softmax state of some rows: running maximum, running sum, unnormalized weighted values. */
+    /**
+     * Online-softmax state of several row sets of {@code padded} lanes each: running maximum and sum per lane, and
+     * the unnormalized weighted values transposed per set ({@code acc[set * padded * hd + d * padded + lane]}).
+     */
     private static final class State {
         final float[] max;
         final float[] sum;
         final float[] acc;
 
-        State(int rows, int hd) {
-            max = new float[rows];
-            sum = new float[rows];
-            acc = new float[rows * hd];
+        State(int lanes, int hd) {
+            max = new float[lanes];
+            sum = new float[lanes];
+            acc = new float[lanes * hd];
             reset();
         }
 
@@ -128,33 +145,34 @@ public final class CpuAttention implements Attention {
         int hd = r.headDim();
         int group = r.heads() / r.kvHeads();
         int n = (t1 - t0) * group;
-        float[] q = new float[n * hd];
-        int[] pos = new int[n];
+        int padded = (n + L - 1) / L * L;
+        float[] qT = new float[hd * padded];
+        int[] pos = new int[padded];
+        Arrays.fill(pos, -1);
         for (int t = t0; t < t1; t++) {
             for (int g = 0; g < group; g++) {
                 int i = (t - t0) * group + g;
-                int h = kvh * group + g;
-                int qo = (t * r.heads() + h) * hd;
+                int qo = (t * r.heads() + kvh * group + g) * hd;
                 for (int d = 0; d < hd; d++) {
-                    q[i * hd + d] = r.q()[qo + d] * r.scale();
+                    qT[d * padded + i] = r.q()[qo + d] * r.scale();
                 }
                 pos[i] = r.startPos() + t;
             }
         }
-        return new Rows(n, q, pos);
+        return new Rows(n, padded, qT, pos);
     }
 
-    /** Writes {@code acc / sum} of rows {@code [from, from + rows.count)} of {@code st} to the output. */
-    private static void output(AttentionRequest r, int kvh, int t0, State st, int from, Rows rows) {
+    /** Writes {@code acc / sum} of the rows, whose state starts at lane {@code base} of {@code st}, to the output. */
+    private static void output(AttentionRequest r, int kvh, int t0, State st, int base, Rows rows) {
         int hd = r.headDim();
         int group = r.heads() / r.kvHeads();
         for (int i = 0; i < rows.count(); i++) {
             int t = t0 + i / group;
             int h = kvh * group + i % group;
-            float inv = 1f / st.sum[from + i];
+            float inv = 1f / st.sum[base + i];
             int oo = (t * r.heads() + h) * hd;
             for (int d = 0; d < hd; d++) {
-                r.out()[oo + d] = st.acc[(from + i) * hd + d] * inv;
+                r.out()[oo + d] = st.acc[base * hd + d * rows.padded() + i] * inv;
             }
         }
     }
@@ -170,7 +188,7 @@ public final class CpuAttention implements Attention {
             int t0 = b * QUERY_BLOCK;
             int t1 = Math.min(r.queries(), t0 + QUERY_BLOCK);
             Rows rows = rows(r, kvh, t0, t1);
-            State st = new State(rows.count(), r.headDim());
+            State st = new State(rows.padded(), r.headDim());
             Scratch s = scratch.get();
             for (int p = 0; p <= rows.lastPos() / pageSize; p++) {
                 KVPage page = cache.page(r.layer(), p);
@@ -196,7 +214,7 @@ public final class CpuAttention implements Attention {
         for (int kvh = 0; kvh < kvHeads; kvh++) {
             rows[kvh] = rows(r, kvh, 0, r.queries());
         }
-        int perHead = rows[0].count();
+        int perHead = rows[0].padded();
         int chunkPages = Math.max(1, (pages + MAX_CHUNKS - 1) / MAX_CHUNKS);
         int chunks = (pages + chunkPages - 1) / chunkPages;
         State total = new State(perHead * kvHeads, hd);
@@ -227,7 +245,7 @@ public final class CpuAttention implements Attention {
                     finished[c] = st;
                     while (merged[0] < chunks && finished[merged[0]] != null) {
                         State next = finished[merged[0]];
-                        merge(total, next, hd);
+                        merge(total, next, perHead);
                         finished[merged[0]++] = null;
                         spare.push(next);
                     }
@@ -241,12 +259,17 @@ public final class CpuAttention implements Attention {
         }
     }
 
-    /** Folds a chunk's partial softmax states into the running total. */
-    private static void merge(State total, State part, int hd) {
-        for (int i = 0; i < total.max.length; i++) {
+    /**
+     * Folds a chunk's partial softmax states into the running total, lane by lane ({@code padded} lanes per row set,
+     * accumulators transposed per set).
+     */
+    private static void merge(State total, State part, int padded) {
+        int lanes = total.max.length;
+        int hd = total.acc.length / lanes;
+        for (int i = 0; i < lanes; i++) {
             float pm = part.max[i];
             if (pm == Float.NEGATIVE_INFINITY) {
-                continue;
+                continue; // the chunk held nothing this lane sees
             }
             float tm = total.max[i];
             float m = Math.max(tm, pm);
@@ -254,25 +277,23 @@ public final class CpuAttention implements Attention {
             float b = ExpOps.exp(pm - m);
             total.sum[i] = total.sum[i] * a + part.sum[i] * b;
             total.max[i] = m;
-            int o = i * hd;
+            int o = i / padded * padded * hd + i % padded;
             for (int d = 0; d < hd; d++) {
-                total.acc[o + d] = Math.fma(part.acc[o + d], b, total.acc[o + d] * a);
+                int x = o + d * padded;
+                total.acc[x] = Math.fma(part.acc[x], b, total.acc[x] * a);
             }
         }
     }
 
     /**
-     * Positions per tile for head dimension {@code hd}: 256 for 32-wide heads (a tile's transposed K and its V, 32 KiB
-     * each, reused by every row group). The per-row softmax work is per tile, so longer tiles cost less of it; shorter
-     * ones keep the tile in L1. Measured at depth 65,536 with 64 queries, minimum of four alternating runs: 64
-     * positions slower than 128, 256 11% faster than 128, 512 no faster than 256 and slower for one query.
+     * Tile length for head dimension {@code hd}: {@link #TILE_ELEMENTS} / hd positions, a multiple of {@link #STEP}.
      */
     private static int tile(int hd) {
-        return Math.max(2 * L, 8192 / hd / (2 * L) * (2 * L));
+        return Math.max(STEP, TILE_ELEMENTS / hd / STEP * STEP);
     }
 
     /**
-     * One page against the rows of KV head {@code kvh}: updates states {@code [base, base + rows.count)} of
+     * One page against the rows of KV head {@code kvh}: updates lanes {@code [base, base + rows.padded)} of
      * {@code st}, one tile of positions at a time (an online-softmax step per tile and row).
      */
     private static void page(Scratch s, KVPage page, int kvh, int hd, Rows rows, State st, int base) {
@@ -283,218 +304,282 @@ public final class CpuAttention implements Attention {
         }
     }
 
-    /** Positions {@code [t0, t0 + n)} of a page against the rows. */
+    /** Positions {@code [t0, t0 + n)} of a page against the rows, a block of one or two vectors of rows at a time. */
     private static void tile(Scratch s, KVPage page, int t0, int n, int kvh, int hd, Rows rows, State st, int base) {
         int first = page.firstPosition() + t0;
-        int stride = (n + 2 * L - 1) / (2 * L) * (2 * L);
-        s.ensure(stride, hd);
-        KvRows.keysTransposed(page, t0, n, kvh * hd, hd, s.kT, stride, s.tmp);
-        KvRows.values(page, t0, n, kvh * hd, hd, s.v);
-        for (int i = 0; i < rows.count(); i += GROUP) {
-            int g = Math.min(GROUP, rows.count() - i);
-            int most = 0;
-            int least = Integer.MAX_VALUE;
-            for (int x = 0; x < g; x++) {
-                int lim = Math.max(0, Math.min(n, rows.pos()[i + x] - first + 1));
-                s.limit[x] = lim;
-                most = Math.max(most, lim);
-                least = Math.min(least, lim);
+        int span = (n + STEP - 1) / STEP * STEP;
+        s.ensure(span, hd);
+        KvRows.decode(page.keys(), page, t0, n, kvh * hd, hd, s.k);
+        KvRows.decode(page.values(), page, t0, n, kvh * hd, hd, s.v);
+        Arrays.fill(s.k, n * hd, span * hd, 0f);
+        Arrays.fill(s.v, n * hd, span * hd, 0f);
+        int padded = rows.padded();
+        for (int x0 = 0; x0 < padded; x0 += 2 * L) {
+            int width = Math.min(2 * L, padded - x0);
+            int lo = Integer.MAX_VALUE;
+            int hi = -1;
+            for (int x = 0; x < width; x++) {
+                int p = rows.pos()[x0 + x];
+                lo = Math.min(lo, p);
+                hi = Math.max(hi, p);
+                s.last[x] = Math.max(-1, Math.min(n - 1, p - first));
             }
-            if (most == 0) {
-                continue;
+            if (hi < first) {
+                continue; // no row of the block sees this tile
             }
-            scores(s.kT, stride, hd, rows.q(), i, g, (most + 2 * L - 1) / (2 * L) * (2 * L), s.scores);
-            for (int x = 0; x < g; x++) {
-                int row = base + i + x;
-                int lim = s.limit[x];
-                if (lim == 0) {
-                    s.corr[x] = 1f;
-                    continue;
+            int m = (Math.min(n, hi - first + 1) + STEP - 1) / STEP * STEP;
+            boolean whole = lo - first + 1 >= m && n >= m; // every lane sees every computed position
+            for (int j = 0; j < m; j += STEP) {
+                if (width == 2 * L) {
+                    scores2(rows.qT(), padded, x0, s.k, hd, j, s.w);
+                } else {
+                    scores1(rows.qT(), padded, x0, s.k, hd, j, s.w);
                 }
-                float m = st.max[row];
-                float tileMax = max(s.scores, x * stride, lim);
-                float newMax = Math.max(m, tileMax);
-                float corr = m == Float.NEGATIVE_INFINITY ? 0f : ExpOps.exp(m - newMax);
-                float tileSum = ExpOps.expInPlace(s.scores, x * stride, lim, newMax, s.lanes);
-                st.sum[row] = st.sum[row] * corr + tileSum;
-                st.max[row] = newMax;
-                s.corr[x] = corr;
             }
-            if (hd % L == 0) {
-                values(s, stride, hd, st.acc, (base + i) * hd, g, least);
-            } else {
-                for (int x = 0; x < g; x++) {
-                    int ao = (base + i + x) * hd;
-                    for (int d = 0; d < hd; d++) {
-                        st.acc[ao + d] *= s.corr[x];
-                    }
-                    for (int j = 0; j < s.limit[x]; j++) {
-                        float w = s.scores[x * stride + j];
-                        for (int d = 0; d < hd; d++) {
-                            st.acc[ao + d] = Math.fma(w, s.v[j * hd + d], st.acc[ao + d]);
-                        }
-                    }
+            int lane = base + x0;
+            for (int u = 0; u < width; u += L) {
+                softmax(s, width, u, m, whole, st, lane + u);
+            }
+            int acc = base * hd + x0;
+            for (int d = 0; d < hd; d += STEP) {
+                if (width == 2 * L) {
+                    values2(s.w, s.v, hd, d, m, st.acc, acc, padded, s.corr);
+                } else {
+                    values1(s.w, s.v, hd, d, m, st.acc, acc, padded, s.corr);
                 }
             }
         }
     }
 
-    private static float max(float[] a, int o, int n) {
-        int bound = VectorOps.FLOATS.loopBound(n);
-        float m = Float.NEGATIVE_INFINITY;
-        int j = 0;
-        if (bound > 0) {
-            FloatVector acc = FloatVector.fromArray(VectorOps.FLOATS, a, o);
-            for (j = L; j < bound; j += L) {
-                acc = acc.max(FloatVector.fromArray(VectorOps.FLOATS, a, o + j));
-            }
-            m = acc.reduceLanes(VectorOperators.MAX);
-        }
-        for (; j < n; j++) {
-            m = Math.max(m, a[o + j]);
-        }
-        return m;
-    }
-
     /**
-     * Scores of rows {@code [i, i + g)} (g &lt;= {@value #GROUP}) over positions {@code [0, n)} ({@code n} a multiple of
-     * two vector lengths) into {@code out[x * stride + j]}: {@code sum_d q[(i + x) * hd + d] * kT[d * stride + j]}.
+     * The online-softmax step of one vector of lanes (offset {@code u} in a block of {@code width}) over the tile's
+     * scores {@code s.w[j * width + u ..]}, {@code j < m}: new running maximum and sum in the state, weights in place
+     * of the scores (+0 where a lane must not see), the accumulator's rescaling in {@code s.corr}.
      */
-    private static void scores(float[] kT, int stride, int hd, float[] q, int i, int g, int n, float[] out) {
-        for (int j = 0; j < n; j += 2 * L) {
-            kernel(kT, j, stride, q, i * hd, hd, hd, out, j, stride, g, null);
-        }
-    }
-
-    /**
-     * {@code acc[x] = acc[x] * corr[x] + sum_j w[x][j] * v[j]} for rows {@code x < g} (weights in {@code s.scores},
-     * limits in {@code s.limit}): pairs of vectors of the head dimension through the micro-kernel over the positions
-     * every row sees, then each row's remaining positions; an odd last vector row by row. Every row's additions happen
-     * in position order either way.
-     */
-    private static void values(Scratch s, int stride, int hd, float[] acc, int ao, int g, int least) {
-        int c = 0;
-        if (hd % (2 * L) == 0) {
-            for (; c < hd; c += 2 * L) {
-                kernel(s.v, c, hd, s.scores, 0, stride, least, acc, ao + c, hd, g, s.corr);
-                rowTails(s, stride, hd, acc, ao, g, least, c, 2);
-            }
-        }
-        for (; c < hd; c += L) {
-            for (int x = 0; x < g; x++) {
-                int o = ao + x * hd + c;
-                FloatVector.fromArray(VectorOps.FLOATS, acc, o).mul(s.corr[x]).intoArray(acc, o);
-            }
-            rowTails(s, stride, hd, acc, ao, g, 0, c, 1);
-        }
-    }
-
-    /**
-     * The register-blocked micro-kernel of both products: for rows {@code x < g} (at most {@value #GROUP}) and two
-     * vectors {@code u}, {@code out[o + x * outStride + u * L ..] = init + sum_{k < inner} a[ao + k * aStep + u * L ..]
-     * * b[b0 + x * bStride + k]}, where {@code init} is zero, or the previous output times {@code scale[x]} when
-     * {@code scale} is given. Sixteen accumulators stay in registers: more independent FMA chains than the FMA latency
-     * needs, and each step loads two vectors of {@code a} and eight elements of {@code b} for sixteen FMAs (eight rows
-     * measured 15% faster than six at 64 queries, six faster than four). Missing rows
-     * repeat the last one and are not stored.
-     */
-    private static void kernel(float[] a, int ao, int aStep, float[] b, int b0, int bStride, int inner,
-                               float[] out, int o, int outStride, int g, float[] scale) {
+    private static void softmax(Scratch s, int width, int u, int m, boolean whole, State st, int lane) {
         var sp = VectorOps.FLOATS;
-        int r1 = Math.min(1, g - 1), r2 = Math.min(2, g - 1), r3 = Math.min(3, g - 1);
-        int r4 = Math.min(4, g - 1), r5 = Math.min(5, g - 1), r6 = Math.min(6, g - 1), r7 = Math.min(7, g - 1);
-        int p1 = b0 + r1 * bStride, p2 = b0 + r2 * bStride, p3 = b0 + r3 * bStride;
-        int p4 = b0 + r4 * bStride, p5 = b0 + r5 * bStride, p6 = b0 + r6 * bStride, p7 = b0 + r7 * bStride;
-        int o1 = o + r1 * outStride, o2 = o + r2 * outStride, o3 = o + r3 * outStride;
-        int o4 = o + r4 * outStride, o5 = o + r5 * outStride, o6 = o + r6 * outStride, o7 = o + r7 * outStride;
-        // Written out row by row on purpose: vectors kept in an array or a loop over rows are not register-allocated
-        // by C2 (they would be boxed), which is the whole point of this kernel.
+        float[] w = s.w;
+        FloatVector last = FloatVector.fromArray(sp, s.last, u);
+        FloatVector tileMax = FloatVector.broadcast(sp, Float.NEGATIVE_INFINITY);
+        for (int j = 0; j < m; j++) {
+            FloatVector x = FloatVector.fromArray(sp, w, j * width + u);
+            if (!whole) {
+                x = x.blend(Float.NEGATIVE_INFINITY, last.compare(VectorOperators.LT, j));
+            }
+            tileMax = tileMax.max(x);
+        }
+        FloatVector old = FloatVector.fromArray(sp, st.max, lane);
+        FloatVector max = old.max(tileMax);
+        // A lane that has seen nothing yet keeps a maximum of -inf; shift it by 0 instead (its weights are all +0).
+        FloatVector shift = max.blend(0f, max.compare(VectorOperators.EQ, Float.NEGATIVE_INFINITY));
+        FloatVector corr = ExpOps.exp(old.sub(shift));
+        FloatVector sum = FloatVector.zero(sp);
+        for (int j = 0; j < m; j++) {
+            FloatVector e = ExpOps.exp(FloatVector.fromArray(sp, w, j * width + u).sub(shift));
+            if (!whole) {
+                e = e.blend(0f, last.compare(VectorOperators.LT, j));
+            }
+            e.intoArray(w, j * width + u);
+            sum = sum.add(e);
+        }
+        FloatVector.fromArray(sp, st.sum, lane).mul(corr).add(sum).intoArray(st.sum, lane);
+        max.intoArray(st.max, lane);
+        corr.intoArray(s.corr, u);
+    }
+
+    /**
+     * Scores of two vectors of rows (lanes {@code [x0, x0 + 2L)}) at positions {@code [j0, j0 + STEP)} into
+     * {@code w[j * 2L + lane]}: {@code sum_d qT[d][lane] * k[j][d]}, an fma chain over {@code d} per lane. Sixteen
+     * accumulators stay in registers; each step loads two query vectors and broadcasts eight key elements.
+     */
+    private static void scores2(float[] qT, int padded, int x0, float[] k, int hd, int j0, float[] w) {
+        var sp = VectorOps.FLOATS;
+        // Written out on purpose: vectors kept in an array or a loop are not register-allocated by C2.
         FloatVector a0 = FloatVector.zero(sp), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0;
         FloatVector c0 = a0, c1 = a0, c2 = a0, c3 = a0, c4 = a0, c5 = a0, c6 = a0, c7 = a0;
-        if (scale != null) {
-            a0 = FloatVector.fromArray(sp, out, o).mul(scale[0]);
-            c0 = FloatVector.fromArray(sp, out, o + L).mul(scale[0]);
-            a1 = FloatVector.fromArray(sp, out, o1).mul(scale[r1]);
-            c1 = FloatVector.fromArray(sp, out, o1 + L).mul(scale[r1]);
-            a2 = FloatVector.fromArray(sp, out, o2).mul(scale[r2]);
-            c2 = FloatVector.fromArray(sp, out, o2 + L).mul(scale[r2]);
-            a3 = FloatVector.fromArray(sp, out, o3).mul(scale[r3]);
-            c3 = FloatVector.fromArray(sp, out, o3 + L).mul(scale[r3]);
-            a4 = FloatVector.fromArray(sp, out, o4).mul(scale[r4]);
-            c4 = FloatVector.fromArray(sp, out, o4 + L).mul(scale[r4]);
-            a5 = FloatVector.fromArray(sp, out, o5).mul(scale[r5]);
-            c5 = FloatVector.fromArray(sp, out, o5 + L).mul(scale[r5]);
-            a6 = FloatVector.fromArray(sp, out, o6).mul(scale[r6]);
-            c6 = FloatVector.fromArray(sp, out, o6 + L).mul(scale[r6]);
-            a7 = FloatVector.fromArray(sp, out, o7).mul(scale[r7]);
-            c7 = FloatVector.fromArray(sp, out, o7 + L).mul(scale[r7]);
+        int k0 = j0 * hd;
+        for (int d = 0; d < hd; d++) {
+            int qo = d * padded + x0;
+            FloatVector x = FloatVector.fromArray(sp, qT, qo);
+            FloatVector y = FloatVector.fromArray(sp, qT, qo + L);
+            int kd = k0 + d;
+            FloatVector b = FloatVector.broadcast(sp, k[kd]);
+            a0 = x.fma(b, a0);
+            c0 = y.fma(b, c0);
+            b = FloatVector.broadcast(sp, k[kd + hd]);
+            a1 = x.fma(b, a1);
+            c1 = y.fma(b, c1);
+            b = FloatVector.broadcast(sp, k[kd + 2 * hd]);
+            a2 = x.fma(b, a2);
+            c2 = y.fma(b, c2);
+            b = FloatVector.broadcast(sp, k[kd + 3 * hd]);
+            a3 = x.fma(b, a3);
+            c3 = y.fma(b, c3);
+            b = FloatVector.broadcast(sp, k[kd + 4 * hd]);
+            a4 = x.fma(b, a4);
+            c4 = y.fma(b, c4);
+            b = FloatVector.broadcast(sp, k[kd + 5 * hd]);
+            a5 = x.fma(b, a5);
+            c5 = y.fma(b, c5);
+            b = FloatVector.broadcast(sp, k[kd + 6 * hd]);
+            a6 = x.fma(b, a6);
+            c6 = y.fma(b, c6);
+            b = FloatVector.broadcast(sp, k[kd + 7 * hd]);
+            a7 = x.fma(b, a7);
+            c7 = y.fma(b, c7);
         }
-        for (int k = 0; k < inner; k++) {
-            int ak = ao + k * aStep;
-            FloatVector x = FloatVector.fromArray(sp, a, ak);
-            FloatVector y = FloatVector.fromArray(sp, a, ak + L);
-            FloatVector w = FloatVector.broadcast(sp, b[b0 + k]);
-            a0 = x.fma(w, a0);
-            c0 = y.fma(w, c0);
-            w = FloatVector.broadcast(sp, b[p1 + k]);
-            a1 = x.fma(w, a1);
-            c1 = y.fma(w, c1);
-            w = FloatVector.broadcast(sp, b[p2 + k]);
-            a2 = x.fma(w, a2);
-            c2 = y.fma(w, c2);
-            w = FloatVector.broadcast(sp, b[p3 + k]);
-            a3 = x.fma(w, a3);
-            c3 = y.fma(w, c3);
-            w = FloatVector.broadcast(sp, b[p4 + k]);
-            a4 = x.fma(w, a4);
-            c4 = y.fma(w, c4);
-            w = FloatVector.broadcast(sp, b[p5 + k]);
-            a5 = x.fma(w, a5);
-            c5 = y.fma(w, c5);
-            w = FloatVector.broadcast(sp, b[p6 + k]);
-            a6 = x.fma(w, a6);
-            c6 = y.fma(w, c6);
-            w = FloatVector.broadcast(sp, b[p7 + k]);
-            a7 = x.fma(w, a7);
-            c7 = y.fma(w, c7);
+        int o = j0 * 2 * L;
+        a0.intoArray(w, o);
+        c0.intoArray(w, o + L);
+        a1.intoArray(w, o + 2 * L);
+        c1.intoArray(w, o + 3 * L);
+        a2.intoArray(w, o + 4 * L);
+        c2.intoArray(w, o + 5 * L);
+        a3.intoArray(w, o + 6 * L);
+        c3.intoArray(w, o + 7 * L);
+        a4.intoArray(w, o + 8 * L);
+        c4.intoArray(w, o + 9 * L);
+        a5.intoArray(w, o + 10 * L);
+        c5.intoArray(w, o + 11 * L);
+        a6.intoArray(w, o + 12 * L);
+        c6.intoArray(w, o + 13 * L);
+        a7.intoArray(w, o + 14 * L);
+        c7.intoArray(w, o + 15 * L);
+    }
+
+    /** {@link #scores2} for one vector of rows: the same fma chain per lane, into {@code w[j * L + lane]}. */
+    private static void scores1(float[] qT, int padded, int x0, float[] k, int hd, int j0, float[] w) {
+        var sp = VectorOps.FLOATS;
+        FloatVector a0 = FloatVector.zero(sp), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0;
+        int k0 = j0 * hd;
+        for (int d = 0; d < hd; d++) {
+            FloatVector x = FloatVector.fromArray(sp, qT, d * padded + x0);
+            int kd = k0 + d;
+            a0 = x.fma(FloatVector.broadcast(sp, k[kd]), a0);
+            a1 = x.fma(FloatVector.broadcast(sp, k[kd + hd]), a1);
+            a2 = x.fma(FloatVector.broadcast(sp, k[kd + 2 * hd]), a2);
+            a3 = x.fma(FloatVector.broadcast(sp, k[kd + 3 * hd]), a3);
+            a4 = x.fma(FloatVector.broadcast(sp, k[kd + 4 * hd]), a4);
+            a5 = x.fma(FloatVector.broadcast(sp, k[kd + 5 * hd]), a5);
+            a6 = x.fma(FloatVector.broadcast(sp, k[kd + 6 * hd]), a6);
+            a7 = x.fma(FloatVector.broadcast(sp, k[kd + 7 * hd]), a7);
         }
-        // Stored from the last row down: a repeated row then ends up holding its own (identical) result.
-        a7.intoArray(out, o7);
-        c7.intoArray(out, o7 + L);
-        a6.intoArray(out, o6);
-        c6.intoArray(out, o6 + L);
-        a5.intoArray(out, o5);
-        c5.intoArray(out, o5 + L);
-        a4.intoArray(out, o4);
-        c4.intoArray(out, o4 + L);
-        a3.intoArray(out, o3);
-        c3.intoArray(out, o3 + L);
-        a2.intoArray(out, o2);
-        c2.intoArray(out, o2 + L);
-        a1.intoArray(out, o1);
-        c1.intoArray(out, o1 + L);
-        a0.intoArray(out, o);
-        c0.intoArray(out, o + L);
+        int o = j0 * L;
+        a0.intoArray(w, o);
+        a1.intoArray(w, o + L);
+        a2.intoArray(w, o + 2 * L);
+        a3.intoArray(w, o + 3 * L);
+        a4.intoArray(w, o + 4 * L);
+        a5.intoArray(w, o + 5 * L);
+        a6.intoArray(w, o + 6 * L);
+        a7.intoArray(w, o + 7 * L);
     }
 
     /**
-     * The positions of rows {@code x < g} beyond {@code from} (the part of their limit not shared by the whole group), for
-     * {@code width} vectors of the head dimension at {@code c}.
+     * Weighted values of two vectors of rows for head-dimension elements {@code [d0, d0 + STEP)}:
+     * {@code acc[d][lane] = acc[d][lane] * corr[lane] + sum_{j < m} w[j][lane] * v[j][d]}, positions in order
+     * (accumulator of element {@code d} at {@code acc[ao + d * padded ..]}). Elements past the head dimension repeat
+     * the last one and are stored first, so the real one is stored last.
      */
-    private static void rowTails(Scratch s, int stride, int hd, float[] acc, int ao, int g, int from, int c, int width) {
+    private static void values2(float[] w, float[] v, int hd, int d0, int m, float[] acc, int ao, int padded,
+                                float[] corr) {
         var sp = VectorOps.FLOATS;
-        for (int x = 0; x < g; x++) {
-            for (int u = 0; u < width; u++) {
-                int o = ao + x * hd + c + u * L;
-                if (from >= s.limit[x]) {
-                    continue;
-                }
-                FloatVector a = FloatVector.fromArray(sp, acc, o);
-                for (int jj = from; jj < s.limit[x]; jj++) {
-                    a = FloatVector.fromArray(sp, s.v, jj * hd + c + u * L).fma(FloatVector.broadcast(sp, s.scores[x * stride + jj]), a);
-                }
-                a.intoArray(acc, o);
-            }
+        int d1 = Math.min(d0 + 1, hd - 1), d2 = Math.min(d0 + 2, hd - 1), d3 = Math.min(d0 + 3, hd - 1);
+        int d4 = Math.min(d0 + 4, hd - 1), d5 = Math.min(d0 + 5, hd - 1), d6 = Math.min(d0 + 6, hd - 1);
+        int d7 = Math.min(d0 + 7, hd - 1);
+        int o0 = ao + d0 * padded, o1 = ao + d1 * padded, o2 = ao + d2 * padded, o3 = ao + d3 * padded;
+        int o4 = ao + d4 * padded, o5 = ao + d5 * padded, o6 = ao + d6 * padded, o7 = ao + d7 * padded;
+        FloatVector s0 = FloatVector.fromArray(sp, corr, 0);
+        FloatVector s1 = FloatVector.fromArray(sp, corr, L);
+        FloatVector a0 = FloatVector.fromArray(sp, acc, o0).mul(s0), c0 = FloatVector.fromArray(sp, acc, o0 + L).mul(s1);
+        FloatVector a1 = FloatVector.fromArray(sp, acc, o1).mul(s0), c1 = FloatVector.fromArray(sp, acc, o1 + L).mul(s1);
+        FloatVector a2 = FloatVector.fromArray(sp, acc, o2).mul(s0), c2 = FloatVector.fromArray(sp, acc, o2 + L).mul(s1);
+        FloatVector a3 = FloatVector.fromArray(sp, acc, o3).mul(s0), c3 = FloatVector.fromArray(sp, acc, o3 + L).mul(s1);
+        FloatVector a4 = FloatVector.fromArray(sp, acc, o4).mul(s0), c4 = FloatVector.fromArray(sp, acc, o4 + L).mul(s1);
+        FloatVector a5 = FloatVector.fromArray(sp, acc, o5).mul(s0), c5 = FloatVector.fromArray(sp, acc, o5 + L).mul(s1);
+        FloatVector a6 = FloatVector.fromArray(sp, acc, o6).mul(s0), c6 = FloatVector.fromArray(sp, acc, o6 + L).mul(s1);
+        FloatVector a7 = FloatVector.fromArray(sp, acc, o7).mul(s0), c7 = FloatVector.fromArray(sp, acc, o7 + L).mul(s1);
+        for (int j = 0; j < m; j++) {
+            FloatVector x = FloatVector.fromArray(sp, w, j * 2 * L);
+            FloatVector y = FloatVector.fromArray(sp, w, j * 2 * L + L);
+            int vj = j * hd;
+            FloatVector b = FloatVector.broadcast(sp, v[vj + d0]);
+            a0 = x.fma(b, a0);
+            c0 = y.fma(b, c0);
+            b = FloatVector.broadcast(sp, v[vj + d1]);
+            a1 = x.fma(b, a1);
+            c1 = y.fma(b, c1);
+            b = FloatVector.broadcast(sp, v[vj + d2]);
+            a2 = x.fma(b, a2);
+            c2 = y.fma(b, c2);
+            b = FloatVector.broadcast(sp, v[vj + d3]);
+            a3 = x.fma(b, a3);
+            c3 = y.fma(b, c3);
+            b = FloatVector.broadcast(sp, v[vj + d4]);
+            a4 = x.fma(b, a4);
+            c4 = y.fma(b, c4);
+            b = FloatVector.broadcast(sp, v[vj + d5]);
+            a5 = x.fma(b, a5);
+            c5 = y.fma(b, c5);
+            b = FloatVector.broadcast(sp, v[vj + d6]);
+            a6 = x.fma(b, a6);
+            c6 = y.fma(b, c6);
+            b = FloatVector.broadcast(sp, v[vj + d7]);
+            a7 = x.fma(b, a7);
+            c7 = y.fma(b, c7);
         }
+        a7.intoArray(acc, o7);
+        c7.intoArray(acc, o7 + L);
+        a6.intoArray(acc, o6);
+        c6.intoArray(acc, o6 + L);
+        a5.intoArray(acc, o5);
+        c5.intoArray(acc, o5 + L);
+        a4.intoArray(acc, o4);
+        c4.intoArray(acc, o4 + L);
+        a3.intoArray(acc, o3);
+        c3.intoArray(acc, o3 + L);
+        a2.intoArray(acc, o2);
+        c2.intoArray(acc, o2 + L);
+        a1.intoArray(acc, o1);
+        c1.intoArray(acc, o1 + L);
+        a0.intoArray(acc, o0);
+        c0.intoArray(acc, o0 + L);
     }
+
+    /** {@link #values2} for one vector of rows: the same operations per lane, weights at {@code w[j * L + lane]}. */
+    private static void values1(float[] w, float[] v, int hd, int d0, int m, float[] acc, int ao, int padded,
+                                float[] corr) {
+        var sp = VectorOps.FLOATS;
+        int d1 = Math.min(d0 + 1, hd - 1), d2 = Math.min(d0 + 2, hd - 1), d3 = Math.min(d0 + 3, hd - 1);
+        int d4 = Math.min(d0 + 4, hd - 1), d5 = Math.min(d0 + 5, hd - 1), d6 = Math.min(d0 + 6, hd - 1);
+        int d7 = Math.min(d0 + 7, hd - 1);
+        int o0 = ao + d0 * padded, o1 = ao + d1 * padded, o2 = ao + d2 * padded, o3 = ao + d3 * padded;
+        int o4 = ao + d4 * padded, o5 = ao + d5 * padded, o6 = ao + d6 * padded, o7 = ao + d7 * padded;
+        FloatVector s0 = FloatVector.fromArray(sp, corr, 0);
+        FloatVector a0 = FloatVector.fromArray(sp, acc, o0).mul(s0), a1 = FloatVector.fromArray(sp, acc, o1).mul(s0);
+        FloatVector a2 = FloatVector.fromArray(sp, acc, o2).mul(s0), a3 = FloatVector.fromArray(sp, acc, o3).mul(s0);
+        FloatVector a4 = FloatVector.fromArray(sp, acc, o4).mul(s0), a5 = FloatVector.fromArray(sp, acc, o5).mul(s0);
+        FloatVector a6 = FloatVector.fromArray(sp, acc, o6).mul(s0), a7 = FloatVector.fromArray(sp, acc, o7).mul(s0);
+        for (int j = 0; j < m; j++) {
+            FloatVector x = FloatVector.fromArray(sp, w, j * L);
+            int vj = j * hd;
+            a0 = x.fma(FloatVector.broadcast(sp, v[vj + d0]), a0);
+            a1 = x.fma(FloatVector.broadcast(sp, v[vj + d1]), a1);
+            a2 = x.fma(FloatVector.broadcast(sp, v[vj + d2]), a2);
+            a3 = x.fma(FloatVector.broadcast(sp, v[vj + d3]), a3);
+            a4 = x.fma(FloatVector.broadcast(sp, v[vj + d4]), a4);
+            a5 = x.fma(FloatVector.broadcast(sp, v[vj + d5]), a5);
+            a6 = x.fma(FloatVector.broadcast(sp, v[vj + d6]), a6);
+            a7 = x.fma(FloatVector.broadcast(sp, v[vj + d7]), a7);
+        }
+        a7.intoArray(acc, o7);
+        a6.intoArray(acc, o6);
+        a5.intoArray(acc, o5);
+        a4.intoArray(acc, o4);
+        a3.intoArray(acc, o3);
+        a2.intoArray(acc, o2);
+        a1.intoArray(acc, o1);
+        a0.intoArray(acc, o0);
+    }
+
 }

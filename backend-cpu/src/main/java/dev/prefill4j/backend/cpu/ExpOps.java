@@ -32,7 +32,7 @@ final class ExpOps {
     private ExpOps() {
     }
 
-    /** {@return exp(x)} for {@code x <= 0}; the lane arithmetic of {@link #expInPlace}, one value. */
+    /** {@return exp(x)} for {@code x <= 0}; the lane arithmetic of {@link #exp(FloatVector)}, one value. */
     static float exp(float x) {
         x = Math.max(x, FLOOR);
         float t = Math.fma(x, LOG2E, ROUNDER);
@@ -50,40 +50,8 @@ final class ExpOps {
         return p * Float.intBitsToFloat((n + 127) << 23);
     }
 
-    /**
-     * Replaces {@code a[o + i]} by {@code exp(a[o + i] - shift)} for {@code i < n} and returns their sum (two vectors
-     * per step, so two independent polynomial chains are in flight; lanes summed in a fixed order, then the tail).
-     */
-    static float expInPlace(float[] a, int o, int n, float shift, float[] lanes) {
-        var species = VectorOps.FLOATS;
-        int step = species.length();
-        FloatVector acc0 = FloatVector.zero(species);
-        FloatVector acc1 = acc0;
-        int i = 0;
-        for (; i + 2 * step <= n; i += 2 * step) {
-            FloatVector e0 = exp(FloatVector.fromArray(species, a, o + i).sub(shift));
-            FloatVector e1 = exp(FloatVector.fromArray(species, a, o + i + step).sub(shift));
-            e0.intoArray(a, o + i);
-            e1.intoArray(a, o + i + step);
-            acc0 = acc0.add(e0);
-            acc1 = acc1.add(e1);
-        }
-        for (; i + step <= n; i += step) {
-            FloatVector e0 = exp(FloatVector.fromArray(species, a, o + i).sub(shift));
-            e0.intoArray(a, o + i);
-            acc0 = acc0.add(e0);
-        }
-        float sum = VectorOps.sum(acc0.add(acc1), lanes);
-        for (; i < n; i++) {
-            float e = exp(a[o + i] - shift);
-            a[o + i] = e;
-            sum += e;
-        }
-        return sum;
-    }
-
-    /** The lane arithmetic of {@link #exp(float)}, on a vector. */
-    private static FloatVector exp(FloatVector in) {
+    /** {@return exp(x)} lane by lane, for lanes {@code <= 0}: the arithmetic of {@link #exp(float)} in every lane. */
+    static FloatVector exp(FloatVector in) {
         var species = in.species();
         FloatVector x = in.max(FLOOR);
         FloatVector t = x.fma(LOG2E, ROUNDER);

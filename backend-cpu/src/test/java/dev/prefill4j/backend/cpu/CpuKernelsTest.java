@@ -273,21 +273,20 @@ class CpuKernelsTest {
     /** The attention's exp against StrictMath over its domain: at most 2 ulp apart (measured: 1). */
     @org.junit.jupiter.api.Test
     void expIsWithinTwoUlpOfStrictMath() {
-        float[] a = new float[100_003];
-        float[] lanes = new float[VectorOps.FLOATS.length()];
-        for (int i = 0; i < a.length; i++) {
-            a[i] = -87f * i / (a.length - 1);
+        int lanes = VectorOps.FLOATS.length();
+        float[] x = new float[100_000 / lanes * lanes];
+        for (int i = 0; i < x.length; i++) {
+            x[i] = -87f * i / (x.length - 1);
         }
-        float[] x = a.clone();
-        float sum = ExpOps.expInPlace(a, 0, a.length, 0f, lanes);
-        double want = 0;
+        float[] a = new float[x.length];
+        for (int i = 0; i < x.length; i += lanes) {
+            ExpOps.exp(jdk.incubator.vector.FloatVector.fromArray(VectorOps.FLOATS, x, i)).intoArray(a, i);
+        }
         for (int i = 0; i < a.length; i++) {
             float e = (float) StrictMath.exp(x[i]);
-            want += e;
             assertTrue(Math.abs(a[i] - e) <= 2 * Math.ulp(e), x[i] + ": " + a[i] + " vs " + e);
             assertEquals(a[i], ExpOps.exp(x[i]), "scalar and vector lanes agree bit for bit");
         }
-        assertEquals(want, sum, 1e-5 * want);
     }
 
     /**
