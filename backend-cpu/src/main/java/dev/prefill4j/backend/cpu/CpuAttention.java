@@ -90,7 +90,8 @@ public final class CpuAttention implements Attention {
 
     /**
      * Query rows sharing one KV head, padded to whole vectors ({@code padded} lanes): row {@code i} has its scaled
-     * query at {@code qT[d * padded + i]} and sees positions up to {@code pos[i]} (padding rows: -1, nothing).
+     * query at {@code qT[d * padded + i]} and sees positions up to {@code pos[i]}. Padding rows have a zero query and
+     * the last row's position: they never make a block take the masked path, and their results are never read.
      */
     private record Rows(int count, int padded, float[] qT, int[] pos) {
         int lastPos() {
@@ -148,7 +149,6 @@ public final class CpuAttention implements Attention {
         int padded = (n + L - 1) / L * L;
         float[] qT = new float[hd * padded];
         int[] pos = new int[padded];
-        Arrays.fill(pos, -1);
         for (int t = t0; t < t1; t++) {
             for (int g = 0; g < group; g++) {
                 int i = (t - t0) * group + g;
@@ -159,6 +159,7 @@ public final class CpuAttention implements Attention {
                 pos[i] = r.startPos() + t;
             }
         }
+        Arrays.fill(pos, n, padded, pos[n - 1]);
         return new Rows(n, padded, qT, pos);
     }
 
