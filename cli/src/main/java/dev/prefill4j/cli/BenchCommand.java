@@ -218,7 +218,7 @@ final class BenchCommand implements Callable<Integer> {
                                 (double) row.get("kv_read_gb_s"), (double) row.get("fill_seconds"));
                         if (row.containsKey("direct_io_read_gb_s")) {
                             System.out.printf(Locale.ROOT, "    plain direct-I/O sequential read of as many bytes of the same file "
-                                    + "right before each pass: %.2f GB/s (median); the passes read at %.0f%% of it "
+                                    + "(the store's buffer and request size) right before each pass: %.2f GB/s (median); the passes read at %.0f%% of it "
                                     + "(median of per-pass ratios)%n", (double) row.get("direct_io_read_gb_s"),
                                     (double) row.get("percent_of_direct_io"));
                         }

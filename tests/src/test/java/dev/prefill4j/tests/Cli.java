@@ -35,6 +35,7 @@ final class Cli {
     /** {@code java --module-path cli.jar:modules --add-modules ALL-MODULE-PATH -m dev.prefill4j.cli ...}. */
     static Result run(String... args) throws IOException, InterruptedException {
         List<String> cmd = new ArrayList<>(List.of(Path.of(System.getProperty("java.home"), "bin", "java").toString(),
+                "--enable-native-access=dev.prefill4j.kvstore.ssd", // as the launcher: huge pages under KV reads
                 "--module-path", cliJar() + java.io.File.pathSeparator + modules(),
                 "--add-modules", "ALL-MODULE-PATH", "-m", "dev.prefill4j.cli/dev.prefill4j.cli.Main"));
         cmd.addAll(List.of(args));
