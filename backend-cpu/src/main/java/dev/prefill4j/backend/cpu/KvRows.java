@@ -34,6 +34,43 @@ final class KvRows {
         }
     }
 
+    /** Eight int8 lanes, and the eight float lanes they widen to, for values decoded in blocks of eight. */
+    private static final VectorSpecies<Byte> BYTES8 = ByteVector.SPECIES_64;
+    private static final VectorSpecies<Float> FLOATS8 = FloatVector.SPECIES_256;
+
+    /**
+     * Like {@link #decode}, but into blocks of {@code step} elements: element {@code d} of row {@code j} goes to
+     * {@code dst[(d / step) * span * step + j * step + d % step]} (a block of the head dimension is contiguous over the
+     * positions, so the attention kernel walks it with a constant stride). Q8_0 rows with whole blocks and a step of
+     * eight are widened eight lanes at a time, the same products as {@link KVElementType#decode}; other rows are
+     * decoded into {@code tmp} (at least {@code count} floats) and copied.
+     */
+    static void decodeBlocked(MemorySegment src, KVPage page, int first, int rows, int from, int count, float[] dst,
+                              int span, int step, float[] tmp) {
+        KVElementType type = page.elementType();
+        long rowBytes = type.rowBytes(page.kvDim());
+        boolean q8 = type == KVElementType.Q8_0 && step == 8 && from % 32 == 0 && count % 32 == 0;
+        for (int j = 0; j < rows; j++) {
+            long rowOffset = rowBytes * (first + j);
+            if (q8) {
+                for (int b = 0; b < count / 32; b++) {
+                    long block = rowOffset + 34L * (from / 32 + b);
+                    float d = Blocks.fp16(src, block);
+                    for (int i = 0; i < 32; i += 8) {
+                        ByteVector q = ByteVector.fromMemorySegment(BYTES8, src, block + 2 + i, ByteOrder.LITTLE_ENDIAN);
+                        ((FloatVector) q.convertShape(VectorOperators.B2F, FLOATS8, 0)).mul(d)
+                                .intoArray(dst, (32 * b + i) / 8 * span * 8 + j * 8);
+                    }
+                }
+            } else {
+                row(src, type, rowOffset, from, count, tmp, 0);
+                for (int e = 0; e < count; e++) {
+                    dst[e / step * span * step + j * step + e % step] = tmp[e];
+                }
+            }
+        }
+    }
+
     /** One row's elements {@code [from, from + count)}. */
     static void row(MemorySegment src, KVElementType type, long rowOffset, int from, int count, float[] dst, int off) {
         int lanes = VectorOps.FLOATS.length();
