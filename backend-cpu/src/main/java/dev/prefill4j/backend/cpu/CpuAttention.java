@@ -69,9 +69,15 @@ public final class CpuAttention implements Attention {
     private static final class Scratch {
         /** A tile's keys of one KV head, row-major {@code [position][d]}. */
         float[] k = new float[0];
-        /** The tile's values in blocks of {@value #STEP} elements: {@code v[(d / STEP) * span * STEP + j * STEP + d % STEP]}. */
+        /**
+         * The tile's values in blocks of {@value #STEP} elements of the head dimension, each contiguous over the
+         * positions: {@code v[(d / STEP) * span * STEP + j * STEP + d % STEP]}.
+         */
         float[] v = new float[0];
-        /** Scores, then weights, of a block of rows, one vector of lanes after the other: {@code w[u * span * L + j * L + lane]}. */
+        /**
+         * Scores, then weights, of a block of rows, one vector of lanes after the other:
+         * {@code w[u * span * L + j * L + lane]}.
+         */
         float[] w = new float[0];
         /** One decoded row of a head. */
         float[] row = new float[0];
@@ -99,8 +105,8 @@ public final class CpuAttention implements Attention {
      * Query rows sharing one KV head, padded to whole vectors ({@code padded} lanes) and taken in blocks of up to two
      * vectors ({@link #block}): row {@code i} of the block at lane {@code x0} (width {@code w}) has its scaled query at
      * {@code qT[x0 * hd + d * w + i - x0]}, so the micro-kernels step through it with a constant stride, and sees
-     * positions up to {@code pos[i]}. Padding rows have a zero query and
-     * the last row's position: they never make a block take the masked path, and their results are never read.
+     * positions up to {@code pos[i]}. Padding rows have a zero query and the last row's position: they never make a
+     * block take the masked path, and their results are never read.
      */
     private record Rows(int count, int padded, float[] qT, int[] pos) {
         int lastPos() {

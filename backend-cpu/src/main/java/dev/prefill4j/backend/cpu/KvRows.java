@@ -11,9 +11,10 @@ import jdk.incubator.vector.VectorOperators;
 import jdk.incubator.vector.VectorSpecies;
 
 /**
- * Decodes one KV head's slice of a page's rows into a row-major float array for the attention kernel. Q8_0 rows go through the Vector API (int8 lanes
- * widened to float, times the block scale), the same products as {@link KVElementType#decode}, so results are
- * identical to it; F32 is a copy; F16 uses the JDK's float16 conversion.
+ * Decodes one KV head's slice of a page's rows into float arrays for the attention kernel, row-major or in blocks of
+ * the head dimension. Q8_0 rows go through the Vector API (int8 lanes widened to float, times the block scale), the
+ * same products as {@link KVElementType#decode}, so results are identical to it; F32 is a copy; F16 uses the JDK's
+ * float16 conversion.
  */
 final class KvRows {
     /** int8 lanes that widen to one float vector. */
