@@ -45,8 +45,11 @@ public final class CpuAttention implements Attention {
     /** Most page chunks in the split schedule (bounds the partial states kept at once). */
     private static final int MAX_CHUNKS = 64;
     private static final int L = VectorOps.FLOATS.length();
-    /** Positions per scores micro-kernel call, head-dimension elements per values call (eight accumulator pairs). */
-    private static final int STEP = 8;
+    /**
+     * Positions per scores micro-kernel call, head-dimension elements per values call (eight accumulator pairs), and
+     * so the chunk of the values' layout ({@link KvRows#decodeBlocked}).
+     */
+    private static final int STEP = KvRows.CHUNK;
     /**
      * Tile positions times head dimension: K and V tiles of 16 KiB each, and the weights beside them, fit in L1.
      * At depth 65,536 with 64 queries, tiles of 2,048 to 16,384 elements measured within the machine's noise.
@@ -333,7 +336,7 @@ public final class CpuAttention implements Attention {
         int span = (n + STEP - 1) / STEP * STEP;
         s.ensure(span, hd);
         KvRows.decode(page.keys(), page, t0, n, kvh * hd, hd, s.k);
-        KvRows.decodeBlocked(page.values(), page, t0, n, kvh * hd, hd, s.v, span, STEP, s.row);
+        KvRows.decodeBlocked(page.values(), page, t0, n, kvh * hd, hd, s.v, span, s.row);
         Arrays.fill(s.k, n * hd, span * hd, 0f);
         for (int b = 0; b < (hd + STEP - 1) / STEP; b++) {
             Arrays.fill(s.v, (b * span + n) * STEP, (b + 1) * span * STEP, 0f);

@@ -43,14 +43,9 @@ final class DirectIo {
                 ValueLayout.JAVA_INT, ValueLayout.ADDRESS, ValueLayout.JAVA_LONG, ValueLayout.JAVA_INT))).orElse(null);
     }
 
-    /** {@return whether read buffers are advised to use transparent huge pages (see {@link #buffer})} */
-    static boolean hugePages() {
-        return MADVISE != null;
-    }
-
     /**
-     * A buffer for direct reads of {@code bytes}, aligned to {@code alignment}. Where {@link #hugePages()} holds, it is
-     * aligned to 2 MiB and advised to use transparent huge pages: each huge page is physically contiguous, so a
+     * A buffer for direct reads of {@code bytes}, aligned to {@code alignment}. Where {@code madvise} may be called
+     * (see {@link #madvise()}), it is aligned to 2 MiB and advised to use transparent huge pages: each huge page is physically contiguous, so a
      * direct read becomes a few large device requests instead of one segment per 4 KiB page. On the development
      * machine's virtual disk that made the same 8 MiB reads of the KV file 2.1x faster (read-ahead ring of 256 MiB,
      * four alternations: 147-148% against 68-69% of a plain sequential read into a fresh buffer). The advice is a
