@@ -20,8 +20,8 @@ import jdk.incubator.vector.VectorOperators;
  * <p>Query rows lie in vector lanes. A row is one query position and one head; the rows that share a KV head are
  * kept transposed ({@code qT[d][row]}), as are their accumulators ({@code acc[d][row]}), so every step of the
  * softmax is plain lane arithmetic: a tile's maximum is a lane-wise maximum over positions, its weights are one vector
- * exponential per position, its sum one vector addition per position; nothing is reduced across lanes and no key
- * is transposed. The unit of work is one tile of a page (K and V of one KV head decoded row-major into L1-sized
+ * exponential per position (base 2: the queries' scale includes {@code log2(e)}, see {@link ExpOps}), its sum one
+ * vector addition per position; nothing is reduced across lanes and no key is transposed. The unit of work is one tile of a page (K and V of one KV head decoded row-major into L1-sized
  * buffers) against blocks of one or two vectors of rows: scores for eight positions at a time and weighted values for
  * eight elements of the head dimension at a time come from register-blocked micro-kernels whose broadcast operand is
  * the decoded K or V.
@@ -166,6 +166,7 @@ public final class CpuAttention implements Attention {
         int n = (t1 - t0) * group;
         int padded = (n + L - 1) / L * L;
         float[] qT = new float[hd * padded];
+        float scale = r.scale() * ExpOps.LOG2E; // scores in base-2 units, for ExpOps.exp2
         int[] pos = new int[padded];
         for (int t = t0; t < t1; t++) {
             for (int g = 0; g < group; g++) {
@@ -174,7 +175,7 @@ public final class CpuAttention implements Attention {
                 int x0 = i / (2 * L) * (2 * L);
                 int w = block(padded, x0);
                 for (int d = 0; d < hd; d++) {
-                    qT[x0 * hd + d * w + i - x0] = r.q()[qo + d] * r.scale();
+                    qT[x0 * hd + d * w + i - x0] = r.q()[qo + d] * scale;
                 }
                 pos[i] = r.startPos() + t;
             }
@@ -299,8 +300,8 @@ public final class CpuAttention implements Attention {
             }
             float tm = total.max[i];
             float m = Math.max(tm, pm);
-            float a = tm == Float.NEGATIVE_INFINITY ? 0f : ExpOps.exp(tm - m);
-            float b = ExpOps.exp(pm - m);
+            float a = tm == Float.NEGATIVE_INFINITY ? 0f : ExpOps.exp2(tm - m);
+            float b = ExpOps.exp2(pm - m);
             total.sum[i] = total.sum[i] * a + part.sum[i] * b;
             total.max[i] = m;
             int o = i / padded * padded * hd + i % padded;
@@ -395,16 +396,16 @@ public final class CpuAttention implements Attention {
             if (!whole) {
                 x = x.blend(Float.NEGATIVE_INFINITY, last.compare(VectorOperators.LT, j));
             }
-            tileMax = tileMax.max(x);
+            tileMax = tileMax.blend(x, x.compare(VectorOperators.GT, tileMax)); // cheaper than max(), see ExpOps
         }
         FloatVector old = FloatVector.fromArray(sp, st.max, lane);
         FloatVector max = old.max(tileMax);
         // A lane that has seen nothing yet keeps a maximum of -inf; shift it by 0 instead (its weights are all +0).
         FloatVector shift = max.blend(0f, max.compare(VectorOperators.EQ, Float.NEGATIVE_INFINITY));
-        FloatVector corr = ExpOps.exp(old.sub(shift));
+        FloatVector corr = ExpOps.exp2(old.sub(shift));
         FloatVector sum = FloatVector.zero(sp);
         for (int j = 0; j < m; j++) {
-            FloatVector e = ExpOps.exp(FloatVector.fromArray(sp, w, wo + j * L).sub(shift));
+            FloatVector e = ExpOps.exp2(FloatVector.fromArray(sp, w, wo + j * L).sub(shift));
             if (!whole) {
                 e = e.blend(0f, last.compare(VectorOperators.LT, j));
             }
