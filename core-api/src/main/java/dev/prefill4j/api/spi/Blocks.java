@@ -3,6 +3,8 @@ package dev.prefill4j.api.spi;
 import dev.prefill4j.api.Api;
 import java.lang.foreign.MemorySegment;
 import java.lang.foreign.ValueLayout;
+import java.lang.invoke.MethodHandles;
+import java.lang.invoke.VarHandle;
 import java.nio.ByteOrder;
 
 /**
@@ -24,6 +26,7 @@ public final class Blocks {
     public static final ValueLayout.OfByte I8 = ValueLayout.JAVA_BYTE;
 
     private static final ThreadLocal<byte[]> STAGE = ThreadLocal.withInitial(() -> new byte[0]);
+    private static final VarHandle SHORT_LE = MethodHandles.byteArrayViewVarHandle(short[].class, ByteOrder.LITTLE_ENDIAN);
 
     private Blocks() {
     }
@@ -48,9 +51,15 @@ public final class Blocks {
         return b;
     }
 
-    /** {@return the little-endian fp16 at {@code i} of a staged array, as a float} @param b array @param i index */
+    /**
+     * {@return the little-endian fp16 at {@code i} of a staged array, as a float} One 16-bit load (a byte-array view),
+     * not two byte loads and a shift: kernels read a scale per block.
+     *
+     * @param b array
+     * @param i index
+     */
     public static float fp16(byte[] b, int i) {
-        return Float.float16ToFloat((short) ((b[i] & 0xFF) | (b[i + 1] << 8)));
+        return Float.float16ToFloat((short) SHORT_LE.get(b, i));
     }
 
     /** {@return the fp16 at {@code offset} as a float} @param s segment @param offset byte offset */

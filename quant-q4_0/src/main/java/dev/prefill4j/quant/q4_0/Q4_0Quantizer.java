@@ -82,7 +82,9 @@ public final class Q4_0Quantizer implements Quantizer {
      * Vectorized and fused: per block, the nibbles are widened to ints and converted to floats in registers and
      * multiplied with the activations; the block sum is scaled by {@code d} into one of two accumulators (even and
      * odd blocks, two independent chains), whose lanes are added in a fixed order at the end. Widening bytes to ints
-     * before splitting the nibbles measured 1.4x faster than splitting them as bytes (no byte shifts on x86).
+     * before splitting the nibbles measured 1.4x faster than splitting them as bytes (no byte shifts on x86); widening
+     * with zero extension (the high nibble is then a plain shift, no mask) and a loop over pairs of blocks, whose
+     * indices the JIT proves in bounds once, measured 1.26x faster again, with the same bits.
      */
     @Override
     public float dot(MemorySegment src, long offset, float[] x, int xOffset, int count) {
@@ -91,16 +93,17 @@ public final class Q4_0Quantizer implements Quantizer {
         FloatVector odd = even;
         int blocks = count / QK;
         byte[] bytes = Blocks.stage(src, offset, blocks * BYTES);
-        int b = 0;
-        for (; b + 2 <= blocks; b += 2) {
-            int o = b * BYTES;
-            int base = xOffset + b * QK;
+        int pairs = blocks / 2;
+        for (int p = 0; p < pairs; p++) {
+            int o = p * 2 * BYTES;
+            int base = xOffset + p * 2 * QK;
             FloatVector s0 = block(bytes, o, x, base);
             FloatVector s1 = block(bytes, o + BYTES, x, base + QK);
             even = s0.fma(FloatVector.broadcast(FLOATS, Blocks.fp16(bytes, o)), even);
             odd = s1.fma(FloatVector.broadcast(FLOATS, Blocks.fp16(bytes, o + BYTES)), odd);
         }
-        if (b < blocks) {
+        if (blocks % 2 != 0) {
+            int b = blocks - 1;
             int o = b * BYTES;
             even = block(bytes, o, x, xOffset + b * QK).fma(FloatVector.broadcast(FLOATS, Blocks.fp16(bytes, o)), even);
         }
@@ -112,10 +115,9 @@ public final class Q4_0Quantizer implements Quantizer {
         FloatVector s = FloatVector.zero(FLOATS);
         for (int j = 0; j < 16; j += FLOATS.length()) {
             IntVector q = (IntVector) ByteVector.fromArray(BYTES_PER_LANE, src, o + 2 + j)
-                    .convertShape(VectorOperators.B2I, INTS, 0);
+                    .convertShape(VectorOperators.ZERO_EXTEND_B2I, INTS, 0);
             FloatVector lo = (FloatVector) q.and(0x0F).sub(8).convert(VectorOperators.I2F, 0);
-            FloatVector hi = (FloatVector) q.lanewise(VectorOperators.ASHR, 4).and(0x0F).sub(8)
-                    .convert(VectorOperators.I2F, 0);
+            FloatVector hi = (FloatVector) q.lanewise(VectorOperators.LSHR, 4).sub(8).convert(VectorOperators.I2F, 0);
             s = lo.fma(FloatVector.fromArray(FLOATS, x, base + j), s);
             s = hi.fma(FloatVector.fromArray(FLOATS, x, base + 16 + j), s);
         }

@@ -18,6 +18,7 @@ final class KQuants {
             ? FloatVector.SPECIES_512 : FloatVector.SPECIES_PREFERRED;
     static final VectorSpecies<Byte> BYTES_PER_LANE =
             VectorSpecies.of(byte.class, VectorShape.forBitSize(FLOATS.length() * 8));
+    static final VectorSpecies<Integer> INTS = VectorSpecies.of(int.class, FLOATS.vectorShape());
 
     /** Per-thread buffer of one decoded super-block for {@link #dot}. */
     private static final ThreadLocal<float[]> DECODED = ThreadLocal.withInitial(() -> new float[256]);
@@ -44,24 +45,29 @@ final class KQuants {
                 acc1 = FloatVector.fromArray(FLOATS, w, i + step).fma(FloatVector.fromArray(FLOATS, x, xo + i + step), acc1);
             }
         }
-        FloatVector acc = acc0.add(acc1);
+        return sum(acc0.add(acc1));
+    }
+
+    /** {@return the lanes of {@code v} added first to last} (a fixed order, the same in compiled and interpreted code) */
+    static float sum(FloatVector v) {
         float s = 0;
-        for (int i = 0; i < step; i++) {
-            s += acc.lane(i);
+        for (int i = 0; i < v.length(); i++) {
+            s += v.lane(i);
         }
         return s;
     }
 
-    /** Sub-block {@code j}'s 6-bit scale from the 12 packed bytes at {@code o + 4} (Q4_K and Q5_K layout). */
-    static int scale(MemorySegment s, long o, int j) {
-        return j < 4 ? Blocks.u8(s, o + 4 + j) & 63
-                : (Blocks.u8(s, o + 4 + j + 4) & 0x0F) | ((Blocks.u8(s, o + 4 + j - 4) >>> 6) << 4);
+    /**
+     * Sub-block {@code j}'s 6-bit scale from the 12 packed bytes at {@code o + 4} of a staged array (Q4_K and Q5_K
+     * layout).
+     */
+    static int scale(byte[] b, int o, int j) {
+        return j < 4 ? b[o + 4 + j] & 63 : (b[o + 4 + j + 4] & 0x0F) | (((b[o + 4 + j - 4] & 0xFF) >>> 6) << 4);
     }
 
     /** Sub-block {@code j}'s 6-bit min, likewise. */
-    static int min(MemorySegment s, long o, int j) {
-        return j < 4 ? Blocks.u8(s, o + 4 + j + 4) & 63
-                : (Blocks.u8(s, o + 4 + j + 4) >>> 4) | ((Blocks.u8(s, o + 4 + j) >>> 6) << 4);
+    static int min(byte[] b, int o, int j) {
+        return j < 4 ? b[o + 4 + j + 4] & 63 : ((b[o + 4 + j + 4] & 0xFF) >>> 4) | (((b[o + 4 + j] & 0xFF) >>> 6) << 4);
     }
 
     /**
@@ -124,11 +130,11 @@ final class KQuants {
         float d = Blocks.fp16(dst, o);
         float dmin = Blocks.fp16(dst, o + 2);
         for (int j = 0; j < 8; j++) {
-            float dj = d * scale(dst, o, j);
+            float dj = d * scale(packed, -4, j); // packed holds the bytes stored at o + 4
             if (dj == 0) {
                 continue;
             }
-            float dm = dmin * min(dst, o, j);
+            float dm = dmin * min(packed, -4, j);
             for (int l = 0; l < 32; l++) {
                 int q = Blocks.nearestInt((src[base + 32 * j + l] + dm) / dj);
                 levels[32 * j + l] = Math.max(0, Math.min(nmax, q));

@@ -7,6 +7,7 @@ import java.lang.foreign.MemorySegment;
 import java.util.OptionalInt;
 import jdk.incubator.vector.ByteVector;
 import jdk.incubator.vector.FloatVector;
+import jdk.incubator.vector.IntVector;
 import jdk.incubator.vector.VectorOperators;
 
 /**
@@ -35,17 +36,16 @@ public final class Q4KQuantizer implements Quantizer {
         Blocks.checkCount(count, QK, id());
         int blocks = count / QK;
         byte[] b = Blocks.stage(src, offset, blocks * BYTES);
-        MemorySegment staged = MemorySegment.ofArray(b);
         for (int k = 0; k < blocks; k++) {
             int o = k * BYTES;
             float d = Blocks.fp16(b, o);
             float dmin = Blocks.fp16(b, o + 2);
             int base = dstOffset + k * QK;
             for (int c = 0; c < 4; c++) {
-                float d1 = d * KQuants.scale(staged, o, 2 * c);
-                float m1 = dmin * KQuants.min(staged, o, 2 * c);
-                float d2 = d * KQuants.scale(staged, o, 2 * c + 1);
-                float m2 = dmin * KQuants.min(staged, o, 2 * c + 1);
+                float d1 = d * KQuants.scale(b, o, 2 * c);
+                float m1 = dmin * KQuants.min(b, o, 2 * c);
+                float d2 = d * KQuants.scale(b, o, 2 * c + 1);
+                float m2 = dmin * KQuants.min(b, o, 2 * c + 1);
                 int q = o + 16 + 32 * c;
                 int y = base + 64 * c;
                 for (int l = 0; l < 32; l += KQuants.FLOATS.length()) {
@@ -60,10 +60,47 @@ public final class Q4KQuantizer implements Quantizer {
         }
     }
 
-    /** Decoded a super-block at a time into L1 and multiplied with vectors ({@link KQuants#dot}). */
+    /**
+     * Fused, nothing decoded to memory: per sub-block of 32, {@code sum(q * x)} and {@code sum(x)} in vector lanes
+     * (the nibbles widened to ints with zero extension, so the high one is a plain shift), then
+     * {@code d * scale * sum(q x) - dmin * min * sum(x)} into four accumulators (one per term, so no chain of
+     * dependent FMAs), whose lanes are added in a fixed order. The row is staged once. Measured against decoding each
+     * super-block to L1 and multiplying ({@link KQuants#dot}, still used by Q5_K and Q6_K): see the README.
+     */
     @Override
     public float dot(MemorySegment src, long offset, float[] x, int xOffset, int count) {
-        return KQuants.dot(this, src, offset, x, xOffset, count);
+        Blocks.checkCount(count, QK, id());
+        int blocks = count / QK;
+        byte[] b = Blocks.stage(src, offset, blocks * BYTES);
+        var sp = KQuants.FLOATS;
+        FloatVector a1 = FloatVector.zero(sp), a2 = a1, a3 = a1, a4 = a1;
+        for (int k = 0; k < blocks; k++) {
+            int o = k * BYTES;
+            float d = Blocks.fp16(b, o);
+            float dmin = Blocks.fp16(b, o + 2);
+            int base = xOffset + k * QK;
+            for (int c = 0; c < 4; c++) {
+                int q = o + 16 + 32 * c;
+                int y = base + 64 * c;
+                FloatVector qx1 = FloatVector.zero(sp), qx2 = qx1, sx1 = qx1, sx2 = qx1;
+                for (int l = 0; l < 32; l += sp.length()) {
+                    IntVector v = (IntVector) ByteVector.fromArray(KQuants.BYTES_PER_LANE, b, q + l)
+                            .convertShape(VectorOperators.ZERO_EXTEND_B2I, KQuants.INTS, 0);
+                    FloatVector x1 = FloatVector.fromArray(sp, x, y + l);
+                    FloatVector x2 = FloatVector.fromArray(sp, x, y + 32 + l);
+                    qx1 = ((FloatVector) v.and(0x0F).convert(VectorOperators.I2F, 0)).fma(x1, qx1);
+                    qx2 = ((FloatVector) v.lanewise(VectorOperators.LSHR, 4).convert(VectorOperators.I2F, 0))
+                            .fma(x2, qx2);
+                    sx1 = sx1.add(x1);
+                    sx2 = sx2.add(x2);
+                }
+                a1 = qx1.fma(FloatVector.broadcast(sp, d * KQuants.scale(b, o, 2 * c)), a1);
+                a2 = sx1.fma(FloatVector.broadcast(sp, -dmin * KQuants.min(b, o, 2 * c)), a2);
+                a3 = qx2.fma(FloatVector.broadcast(sp, d * KQuants.scale(b, o, 2 * c + 1)), a3);
+                a4 = sx2.fma(FloatVector.broadcast(sp, -dmin * KQuants.min(b, o, 2 * c + 1)), a4);
+            }
+        }
+        return KQuants.sum(a1.add(a3).add(a2.add(a4)));
     }
 
     @Override

@@ -39,11 +39,12 @@ public final class Q5KQuantizer implements Quantizer {
             float d = Blocks.fp16(src, o);
             float dmin = Blocks.fp16(src, o + 2);
             int base = dstOffset + b * QK;
+            byte[] header = Blocks.stage(src, o, 16); // d, dmin and the packed scales
             for (int c = 0; c < 4; c++) {
-                float d1 = d * KQuants.scale(src, o, 2 * c);
-                float m1 = dmin * KQuants.min(src, o, 2 * c);
-                float d2 = d * KQuants.scale(src, o, 2 * c + 1);
-                float m2 = dmin * KQuants.min(src, o, 2 * c + 1);
+                float d1 = d * KQuants.scale(header, 0, 2 * c);
+                float m1 = dmin * KQuants.min(header, 0, 2 * c);
+                float d2 = d * KQuants.scale(header, 0, 2 * c + 1);
+                float m2 = dmin * KQuants.min(header, 0, 2 * c + 1);
                 for (int l = 0; l < 32; l++) {
                     dst[base + 64 * c + l] = d1 * level(src, o, c, l, false) - m1;
                     dst[base + 64 * c + 32 + l] = d2 * level(src, o, c, l, true) - m2;

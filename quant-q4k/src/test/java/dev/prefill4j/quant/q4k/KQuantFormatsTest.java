@@ -23,9 +23,10 @@ class KQuantFormatsTest {
         b.set(Blocks.I8, 16, (byte) 0x7A);
         b.set(Blocks.I8, 16 + 32, (byte) 0x3F);
         int[][] expect = {{1, 5}, {2, 6}, {3, 7}, {4, 8}, {42, 9}, {11, 0}, {12, 0}, {61, 16}};
+        byte[] bytes = b.toArray(Blocks.I8);
         for (int j = 0; j < 8; j++) {
-            assertEquals(expect[j][0], KQuants.scale(b, 0, j), "scale " + j);
-            assertEquals(expect[j][1], KQuants.min(b, 0, j), "min " + j);
+            assertEquals(expect[j][0], KQuants.scale(bytes, 0, j), "scale " + j);
+            assertEquals(expect[j][1], KQuants.min(bytes, 0, j), "min " + j);
         }
         float[] y = new float[256];
         new Q4KQuantizer().decode(b, 0, y, 0, 256);
