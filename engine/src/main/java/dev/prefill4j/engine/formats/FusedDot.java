@@ -3,11 +3,12 @@ package dev.prefill4j.engine.formats;
 import dev.prefill4j.api.spi.Quantizer;
 import java.lang.foreign.MemorySegment;
 import jdk.incubator.vector.FloatVector;
+import jdk.incubator.vector.VectorShuffle;
 import jdk.incubator.vector.VectorSpecies;
 
 /**
  * Vector dot products for the built-in formats' {@link Quantizer#dot}, the CPU backend's decode-step kernel. Lanes
- * are summed first to last, so a result does not depend on the JIT tier that computed it.
+ * are summed in a fixed order ({@link #sum}), so a result does not depend on the JIT tier that computed it.
  */
 final class FusedDot {
     static final VectorSpecies<Float> FLOATS = FloatVector.SPECIES_PREFERRED;
@@ -45,12 +46,33 @@ final class FusedDot {
         return sum(acc0.add(acc1)) + tail;
     }
 
-    /** {@return the lanes of {@code v} added first to last} */
+    private static final int L = FLOATS.length();
+    private static final VectorShuffle<Float> X8 = L > 8 ? VectorShuffle.fromOp(FLOATS, i -> i ^ 8) : null;
+    private static final VectorShuffle<Float> X4 = L > 4 ? VectorShuffle.fromOp(FLOATS, i -> i ^ 4) : null;
+    private static final VectorShuffle<Float> X2 = VectorShuffle.fromOp(FLOATS, i -> i ^ 2);
+    private static final VectorShuffle<Float> X1 = VectorShuffle.fromOp(FLOATS, i -> i ^ 1);
+
+    /**
+     * {@return the sum of the lanes of {@code v}} in a fixed order that is the same in compiled and interpreted code:
+     * up to 16 lanes, a tree of lane-wise additions, each lane added to the lane half the remaining width away
+     * ({@code reduceLanes} leaves its order unspecified; adding {@code lane(i)} in a loop compiles to a jump table per
+     * lane, measured 1.07-1.09x slower for a whole dot of 2,048 elements); wider vectors, first to last.
+     */
     static float sum(FloatVector v) {
-        float s = 0;
-        for (int i = 0; i < v.length(); i++) {
-            s += v.lane(i);
+        if (L > 16) {
+            float s = 0;
+            for (int i = 0; i < L; i++) {
+                s += v.lane(i);
+            }
+            return s;
         }
-        return s;
+        if (L > 8) {
+            v = v.add(v.rearrange(X8));
+        }
+        if (L > 4) {
+            v = v.add(v.rearrange(X4));
+        }
+        v = v.add(v.rearrange(X2));
+        return v.add(v.rearrange(X1)).lane(0);
     }
 }

@@ -5,6 +5,7 @@ import dev.prefill4j.api.spi.Quantizer;
 import java.lang.foreign.MemorySegment;
 import jdk.incubator.vector.FloatVector;
 import jdk.incubator.vector.VectorShape;
+import jdk.incubator.vector.VectorShuffle;
 import jdk.incubator.vector.VectorSpecies;
 
 /**
@@ -48,13 +49,26 @@ final class KQuants {
         return sum(acc0.add(acc1));
     }
 
-    /** {@return the lanes of {@code v} added first to last} (a fixed order, the same in compiled and interpreted code) */
+    private static final int L = FLOATS.length();
+    private static final VectorShuffle<Float> X8 = L > 8 ? VectorShuffle.fromOp(FLOATS, i -> i ^ 8) : null;
+    private static final VectorShuffle<Float> X4 = L > 4 ? VectorShuffle.fromOp(FLOATS, i -> i ^ 4) : null;
+    private static final VectorShuffle<Float> X2 = VectorShuffle.fromOp(FLOATS, i -> i ^ 2);
+    private static final VectorShuffle<Float> X1 = VectorShuffle.fromOp(FLOATS, i -> i ^ 1);
+
+    /**
+     * {@return the sum of the lanes of {@code v}} in a fixed order that is the same in compiled and interpreted code:
+     * a tree of lane-wise additions, each lane added to the lane half the remaining width away ({@code reduceLanes}
+     * leaves its order unspecified; adding {@code lane(i)} in a loop compiles to a jump table per lane).
+     */
     static float sum(FloatVector v) {
-        float s = 0;
-        for (int i = 0; i < v.length(); i++) {
-            s += v.lane(i);
+        if (L > 8) {
+            v = v.add(v.rearrange(X8));
         }
-        return s;
+        if (L > 4) {
+            v = v.add(v.rearrange(X4));
+        }
+        v = v.add(v.rearrange(X2));
+        return v.add(v.rearrange(X1)).lane(0);
     }
 
     /**
