@@ -28,6 +28,8 @@ final class CpuDevice implements ComputeDevice {
 
     private final int threads;
     private final ExecutorService pool;
+    /** Elements per SwiGLU task. */
+    private static final int SWIGLU_CHUNK = 8192;
     private final ThreadLocal<float[]> tileBuffer = new ThreadLocal<>();
 
     CpuDevice(int threads) {
@@ -269,13 +271,21 @@ final class CpuDevice implements ComputeDevice {
         }
     }
 
+    /**
+     * In chunks of {@value #SWIGLU_CHUNK} across the workers (one thread did it all before: 1.3x faster pp512 with a
+     * vectorized version, whose float sigmoid was too inexact to keep quantized activations matching llama.cpp's).
+     */
     @Override
     public void swiglu(float[] gate, float[] up, int n) {
-        for (int i = 0; i < n; i++) {
-            float g = gate[i];
-            // StrictMath: Math.exp's intrinsic may differ by an ulp from the interpreter's, making results warm-up dependent.
-            gate[i] = (float) (g / (1.0 + StrictMath.exp(-g))) * up[i];
-        }
+        int tasks = (n + SWIGLU_CHUNK - 1) / SWIGLU_CHUNK;
+        parallelFor(tasks, t -> {
+            for (int i = t * SWIGLU_CHUNK, end = Math.min(n, (t + 1) * SWIGLU_CHUNK); i < end; i++) {
+                float g = gate[i];
+                // StrictMath: Math.exp's intrinsic may differ by an ulp from the interpreter's, making results
+                // warm-up dependent.
+                gate[i] = (float) (g / (1.0 + StrictMath.exp(-g))) * up[i];
+            }
+        });
     }
 
     @Override

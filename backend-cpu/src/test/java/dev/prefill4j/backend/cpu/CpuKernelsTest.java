@@ -270,6 +270,31 @@ class CpuKernelsTest {
         }
     }
 
+    /**
+     * SwiGLU against FP64 over [-40, 40], on a length that spans several tasks. Tolerance relative 2.5e-7: the sigmoid
+     * product is computed in double and rounded to float once, then multiplied by {@code up} in float.
+     */
+    @org.junit.jupiter.api.Test
+    void swigluMatchesFp64OverItsRange() {
+        int n = 3 * 8192 + 5;
+        float[] gate = new float[n];
+        float[] up = new float[n];
+        SplittableRandom rnd = new SplittableRandom(7);
+        for (int i = 0; i < n; i++) {
+            gate[i] = -40f + 80f * i / (n - 1);
+            up[i] = (float) rnd.nextGaussian();
+        }
+        float[] g = gate.clone();
+        try (CpuDevice d = new CpuDevice(2)) {
+            d.swiglu(gate, up, n);
+        }
+        for (int i = 0; i < n; i++) {
+            double e = g[i] / (1 + Math.exp(-(double) g[i])) * up[i];
+            assertTrue(Math.abs(gate[i] - e) <= 2.5e-7 * Math.abs(e) + 1e-37,
+                    "g = " + g[i] + ": " + gate[i] + " vs " + e);
+        }
+    }
+
     /** The attention's 2^x against StrictMath over its domain: at most 1 ulp apart, scalar and lanes the same bits. */
     @org.junit.jupiter.api.Test
     void exp2IsWithinOneUlpOfStrictMath() {
