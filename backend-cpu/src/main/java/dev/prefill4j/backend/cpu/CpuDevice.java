@@ -271,21 +271,11 @@ final class CpuDevice implements ComputeDevice {
         }
     }
 
-    /**
-     * In chunks of {@value #SWIGLU_CHUNK} across the workers (one thread did it all before: 1.3x faster pp512 with a
-     * vectorized version, whose float sigmoid was too inexact to keep quantized activations matching llama.cpp's).
-     */
+    /** In chunks of {@value #SWIGLU_CHUNK} across the workers, vectorized in double ({@link VectorOps#swiglu}). */
     @Override
     public void swiglu(float[] gate, float[] up, int n) {
         int tasks = (n + SWIGLU_CHUNK - 1) / SWIGLU_CHUNK;
-        parallelFor(tasks, t -> {
-            for (int i = t * SWIGLU_CHUNK, end = Math.min(n, (t + 1) * SWIGLU_CHUNK); i < end; i++) {
-                float g = gate[i];
-                // StrictMath: Math.exp's intrinsic may differ by an ulp from the interpreter's, making results
-                // warm-up dependent.
-                gate[i] = (float) (g / (1.0 + StrictMath.exp(-g))) * up[i];
-            }
-        });
+        parallelFor(tasks, t -> VectorOps.swiglu(gate, up, t * SWIGLU_CHUNK, Math.min(n, (t + 1) * SWIGLU_CHUNK)));
     }
 
     @Override

@@ -1,5 +1,6 @@
 package dev.prefill4j.backend.cpu;
 
+import jdk.incubator.vector.DoubleVector;
 import jdk.incubator.vector.FloatVector;
 import jdk.incubator.vector.VectorOperators;
 
@@ -31,7 +32,52 @@ final class ExpOps {
     private static final float P1 = 0.6931471824645996f, P2 = 0.24022647738456726f, P3 = 0.055503323674201965f;
     private static final float P4 = 0.00961843691766262f, P5 = 0.0013398875016719103f, P6 = 0.00015353361959569156f;
 
+    /** {@code log2(e)} in double, for {@link #exp2(DoubleVector)}. */
+    static final double LOG2E_D = 1.4426950408889634;
+    /** Double clamp: {@code 2^n} stays a normal double. */
+    private static final double FLOOR_D = -1022;
+    /** {@code 1.5 * 2^52 + 1023}: the double counterpart of {@link #ROUNDER}. */
+    private static final double ROUNDER_D = 6755399441056767.0;
+    /**
+     * {@code ln(2)^k / k!}, k = 1..12: the Taylor series of {@code 2^f}, whose remainder on [-1/2, 1/2] is below
+     * {@code 0.347^13 / 13! < 2e-16}.
+     */
+    private static final double[] D = {0.6931471805599453, 0.24022650695910072, 0.05550410866482158,
+        0.009618129107628477, 0.0013333558146428443, 0.0001540353039338161, 1.5252733804059841e-05,
+        1.321548679014431e-06, 1.01780860092397e-07, 7.054911620801123e-09, 4.4455382718708116e-10,
+        2.5678435993488206e-11};
+
     private ExpOps() {
+    }
+
+    /**
+     * {@return 2^x} for {@code x <= 0} in double precision (a few ulp), lane by lane: the method of
+     * {@link #exp2(FloatVector)} with double constants and a degree-12 polynomial. For SwiGLU, whose sigmoid is computed
+     * in double so that its float result is the one a correctly rounded computation gives, bar rare ties.
+     */
+    static DoubleVector exp2(DoubleVector in) {
+        DoubleVector x = in.blend(FLOOR_D, in.compare(VectorOperators.LT, FLOOR_D));
+        DoubleVector t = x.add(ROUNDER_D);
+        DoubleVector scale = t.reinterpretAsLongs().lanewise(VectorOperators.LSHL, 52).reinterpretAsDoubles();
+        DoubleVector f = x.sub(t.sub(ROUNDER_D));
+        DoubleVector p = DoubleVector.broadcast(in.species(), D[11]);
+        for (int k = 10; k >= 0; k--) {
+            p = p.fma(f, DoubleVector.broadcast(in.species(), D[k]));
+        }
+        return p.fma(f, DoubleVector.broadcast(in.species(), 1.0)).mul(scale);
+    }
+
+    /** {@return 2^x} for {@code x <= 0}; the lane arithmetic of {@link #exp2(DoubleVector)}, one value. */
+    static double exp2(double x) {
+        x = x < FLOOR_D ? FLOOR_D : x;
+        double t = x + ROUNDER_D;
+        double scale = Double.longBitsToDouble(Double.doubleToRawLongBits(t) << 52);
+        double f = x - (t - ROUNDER_D);
+        double p = D[11];
+        for (int k = 10; k >= 0; k--) {
+            p = Math.fma(p, f, D[k]);
+        }
+        return Math.fma(p, f, 1.0) * scale;
     }
 
     /** {@return 2^x} for {@code x <= 0}; the lane arithmetic of {@link #exp2(FloatVector)}, one value. */

@@ -3,6 +3,7 @@ package dev.prefill4j.backend.cpu;
 import jdk.incubator.vector.DoubleVector;
 import jdk.incubator.vector.FloatVector;
 import jdk.incubator.vector.VectorOperators;
+import jdk.incubator.vector.VectorShape;
 import jdk.incubator.vector.VectorSpecies;
 
 /**
@@ -43,6 +44,35 @@ final class VectorOps {
             s += lanes[i];
         }
         return s;
+    }
+
+    /** Float lanes as many as {@link #DOUBLES}' (SwiGLU widens them). */
+    private static final VectorSpecies<Float> FLOATS_PER_DOUBLES =
+            VectorSpecies.of(float.class, VectorShape.forBitSize(DOUBLES.length() * 32));
+
+    /**
+     * {@code gate[i] = silu(gate[i]) * up[i]} for {@code i} in {@code [from, to)}: {@code silu(g) = g / (1 + e^-g)}
+     * computed in double and rounded to float once, as the scalar {@code StrictMath.exp} version it replaces did
+     * (quantized activations round this value to int8, so a last-bit difference shows in the logits): with
+     * {@code z = e^-|g| <= 1} (so {@link ExpOps#exp2(DoubleVector)} stays in its domain), {@code g / (1 + z)} for
+     * {@code g >= 0} and {@code g z / (1 + z)} below. Vector lanes and the scalar tail do the same operations.
+     */
+    static void swiglu(float[] gate, float[] up, int from, int to) {
+        int i = from;
+        for (int bound = from + DOUBLES.loopBound(to - from); i < bound; i += DOUBLES.length()) {
+            DoubleVector g = (DoubleVector) FloatVector.fromArray(FLOATS_PER_DOUBLES, gate, i)
+                    .convertShape(VectorOperators.F2D, DOUBLES, 0);
+            DoubleVector z = ExpOps.exp2(g.abs().mul(-ExpOps.LOG2E_D));
+            DoubleVector num = z.blend(1.0, g.compare(VectorOperators.GE, 0.0));
+            ((FloatVector) g.mul(num).div(z.add(1.0)).convertShape(VectorOperators.D2F, FLOATS_PER_DOUBLES, 0))
+                    .mul(FloatVector.fromArray(FLOATS_PER_DOUBLES, up, i)).intoArray(gate, i);
+        }
+        for (; i < to; i++) {
+            double g = gate[i];
+            double z = ExpOps.exp2(Math.abs(g) * -ExpOps.LOG2E_D);
+            double num = g >= 0 ? 1.0 : z;
+            gate[i] = (float) (g * num / (z + 1.0)) * up[i];
+        }
     }
 
     /**
