@@ -21,10 +21,10 @@ import jdk.incubator.vector.VectorOperators;
  * kept transposed ({@code qT[d][row]}), as are their accumulators ({@code acc[d][row]}), so every step of the
  * softmax is plain lane arithmetic: a tile's maximum is a lane-wise maximum over positions, its weights are one vector
  * exponential per position (base 2: the queries' scale includes {@code log2(e)}, see {@link ExpOps}), its sum one
- * vector addition per position; nothing is reduced across lanes and no key is transposed. The unit of work is one tile of a page (K and V of one KV head decoded row-major into L1-sized
- * buffers) against blocks of one or two vectors of rows: scores for eight positions at a time and weighted values for
- * eight elements of the head dimension at a time come from register-blocked micro-kernels whose broadcast operand is
- * the decoded K or V.
+ * vector addition per position; nothing is reduced across lanes and no key is transposed. The unit of work is one
+ * tile of a page (K and V of one KV head decoded row-major into L1-sized buffers) against blocks of one or two
+ * vectors of rows: scores for eight positions at a time and weighted values for eight elements of the head dimension
+ * at a time come from register-blocked micro-kernels whose broadcast operand is the decoded K or V.
  *
  * <p>Every lane does the same operations in the same order whatever the other lanes hold: score
  * {@code fma} chains over the head dimension, the tile maximum, {@link ExpOps}' exponential, sums and weighted values

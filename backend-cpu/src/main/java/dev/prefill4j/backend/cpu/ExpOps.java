@@ -52,8 +52,8 @@ final class ExpOps {
 
     /**
      * {@return 2^x} for {@code x <= 0} in double precision (a few ulp), lane by lane: the method of
-     * {@link #exp2(FloatVector)} with double constants and a degree-12 polynomial. For SwiGLU, whose sigmoid is computed
-     * in double so that its float result is the one a correctly rounded computation gives, bar rare ties.
+     * {@link #exp2(FloatVector)} with double constants and a degree-12 polynomial. For SwiGLU, whose sigmoid is
+     * computed in double so that its float result is the one a correctly rounded computation gives, bar rare ties.
      */
     static DoubleVector exp2(DoubleVector in) {
         DoubleVector x = in.blend(FLOOR_D, in.compare(VectorOperators.LT, FLOOR_D));

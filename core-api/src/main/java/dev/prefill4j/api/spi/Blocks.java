@@ -26,7 +26,8 @@ public final class Blocks {
     public static final ValueLayout.OfByte I8 = ValueLayout.JAVA_BYTE;
 
     private static final ThreadLocal<byte[]> STAGE = ThreadLocal.withInitial(() -> new byte[0]);
-    private static final VarHandle SHORT_LE = MethodHandles.byteArrayViewVarHandle(short[].class, ByteOrder.LITTLE_ENDIAN);
+    private static final VarHandle SHORT_LE =
+            MethodHandles.byteArrayViewVarHandle(short[].class, ByteOrder.LITTLE_ENDIAN);
 
     private Blocks() {
     }
