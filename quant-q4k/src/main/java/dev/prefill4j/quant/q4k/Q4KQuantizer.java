@@ -49,11 +49,11 @@ public final class Q4KQuantizer implements Quantizer {
                 int q = o + 16 + 32 * c;
                 int y = base + 64 * c;
                 for (int l = 0; l < 32; l += KQuants.FLOATS.length()) {
-                    ByteVector v = ByteVector.fromArray(KQuants.BYTES_PER_LANE, b, q + l);
-                    ((FloatVector) v.and((byte) 0x0F).convertShape(VectorOperators.B2F, KQuants.FLOATS, 0))
-                            .mul(d1).sub(m1).intoArray(dst, y + l);
-                    ((FloatVector) v.lanewise(VectorOperators.LSHR, 4).and((byte) 0x0F)
-                            .convertShape(VectorOperators.B2F, KQuants.FLOATS, 0))
+                    // Widened to ints first, as in dot: cheaper than splitting and converting bytes.
+                    IntVector v = (IntVector) ByteVector.fromArray(KQuants.BYTES_PER_LANE, b, q + l)
+                            .convertShape(VectorOperators.ZERO_EXTEND_B2I, KQuants.INTS, 0);
+                    ((FloatVector) v.and(0x0F).convert(VectorOperators.I2F, 0)).mul(d1).sub(m1).intoArray(dst, y + l);
+                    ((FloatVector) v.lanewise(VectorOperators.LSHR, 4).convert(VectorOperators.I2F, 0))
                             .mul(d2).sub(m2).intoArray(dst, y + 32 + l);
                 }
             }
