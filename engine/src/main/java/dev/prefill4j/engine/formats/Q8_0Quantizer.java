@@ -44,8 +44,10 @@ public final class Q8_0Quantizer implements Quantizer {
             int o = k * BLOCK_BYTES;
             float d = Blocks.fp16(b, o);
             int base = dstOffset + k * QK;
-            for (int j = 0; j < QK; j++) {
-                dst[base + j] = b[o + 2 + j] * d;
+            for (int j = 0; j < QK; j += FusedDot.FLOATS.length()) {
+                // Widened to ints, then converted, as in dot.
+                ((FloatVector) ByteVector.fromArray(QUANTS, b, o + 2 + j).convertShape(VectorOperators.B2I, INTS, 0)
+                        .convert(VectorOperators.I2F, 0)).mul(d).intoArray(dst, base + j);
             }
         }
     }
