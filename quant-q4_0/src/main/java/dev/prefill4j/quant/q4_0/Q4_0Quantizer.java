@@ -83,7 +83,8 @@ public final class Q4_0Quantizer implements Quantizer {
      * odd blocks, two independent chains), whose lanes are added in a fixed order at the end. Widening bytes to ints
      * before splitting the nibbles measured 1.4x faster than splitting them as bytes (no byte shifts on x86); widening
      * with zero extension (the high nibble is then a plain shift, no mask) and a loop over pairs of blocks, whose
-     * indices the JIT proves in bounds once, measured 1.26x faster again, with the same bits.
+     * indices the JIT proves in bounds once, measured 1.11x faster again per 2,048-element row (1.26x together with
+     * the single 16-bit load of {@link Blocks#fp16(byte[], int)}), with the same bits.
      */
     @Override
     public float dot(MemorySegment src, long offset, float[] x, int xOffset, int count) {

@@ -64,8 +64,9 @@ public final class Q4KQuantizer implements Quantizer {
      * Fused, nothing decoded to memory: per sub-block of 32, {@code sum(q * x)} and {@code sum(x)} in vector lanes
      * (the nibbles widened to ints with zero extension, so the high one is a plain shift), then
      * {@code d * scale * sum(q x) - dmin * min * sum(x)} into four accumulators (one per term, so no chain of
-     * dependent FMAs), whose lanes are added in a fixed order. The row is staged once. Measured against decoding each
-     * super-block to L1 and multiplying ({@link KQuants#dot}, still used by Q5_K and Q6_K): see the README.
+     * dependent FMAs), whose lanes are added in a fixed order. The row is staged once. Against decoding each
+     * super-block to L1 and multiplying ({@link KQuants#dot}, still used by Q5_K and Q6_K): 1.8-1.9x per 2,048-element
+     * row in-process, and tg16 on the synthetic 1B geometry 2.5-2.7 -> 5.4-5.8 tok/s.
      */
     @Override
     public float dot(MemorySegment src, long offset, float[] x, int xOffset, int count) {
