@@ -8,7 +8,7 @@
  */
 module dev.prefill4j.quant.bitnet {
     requires dev.prefill4j.api;
-    // Masked vector additions for the fused dot products (decode steps).
+    // Masked vector additions: the fused float dot products and the integer ones over Q8_K activation codes.
     requires jdk.incubator.vector;
 
     provides dev.prefill4j.api.spi.Quantizer with

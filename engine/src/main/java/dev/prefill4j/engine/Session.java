@@ -56,8 +56,10 @@ public final class Session implements AutoCloseable {
     private final float[] up;
     /** Weight format -> the format its input activations are rounded to; empty for float32 activations. */
     private final Map<Quantizer, Quantizer> activationFormats;
+    /** Activation rows decoded from {@link #encoded}, for formats without an encoded dot product. */
     private final float[] quantized;
-    private final MemorySegment quantizedRow;
+    /** Activation rows encoded in an activation format, a chunk of them. */
+    private final MemorySegment encoded;
 
     Session(LlamaModel model, ComputeDevice device, AttentionKernel attention, KVCache cache, int capacity,
             int chunk, Map<Quantizer, Quantizer> activationFormats) {
@@ -79,8 +81,9 @@ public final class Session implements AutoCloseable {
         this.activationFormats = Map.copyOf(activationFormats);
         int widest = Math.max(Math.max(c.dim(), c.qDim()), c.ffnDim());
         this.quantized = activationFormats.isEmpty() ? null : new float[chunk * widest];
-        long rowBytes = activationFormats.values().stream().mapToLong(q -> q.blockBytes() * (long) widest).max().orElse(0);
-        this.quantizedRow = activationFormats.isEmpty() ? null : Arena.ofAuto().allocate(Math.max(1, rowBytes));
+        long rowBytes = activationFormats.values().stream()
+                .mapToLong(q -> (widest + q.blockSize() - 1L) / q.blockSize() * q.blockBytes()).max().orElse(0);
+        this.encoded = activationFormats.isEmpty() ? null : Arena.ofAuto().allocate(Math.max(1, chunk * rowBytes));
         cache.savedState().ifPresent(this::restore);
     }
 
@@ -482,12 +485,14 @@ public final class Session implements AutoCloseable {
 
     /**
      * Projections of one input: {@code outs[i] = x * ws[i]}. With quantized activations each input row is first
-     * rounded through the weights' activation format (encode, then decode; once per format, not once per matrix, so
-     * Q/K/V and gate/up share it) and the products are accumulated exactly ({@link ComputeDevice#matmulExact}):
-     * numerically what llama.cpp's integer dot products compute.
+     * encoded in the weights' activation format (once per format, not once per matrix, so Q/K/V and gate/up share
+     * it); formats with an integer dot product take it encoded ({@link ComputeDevice#matmulEncoded}), the others get
+     * it decoded back to floats and accumulate exactly ({@link ComputeDevice#matmulExact}): both numerically what
+     * llama.cpp's integer dot products compute.
      */
     private void project(float[] x, int rows, WeightMatrix[] ws, float[]... outs) {
-        Quantizer rounded = null;
+        Quantizer encodedAs = null;
+        boolean decoded = false;
         for (int i = 0; i < ws.length; i++) {
             WeightMatrix w = ws[i];
             Quantizer act = activationFormats.get(w.format());
@@ -495,13 +500,24 @@ public final class Session implements AutoCloseable {
                 device.matmul(w, x, rows, outs[i]);
                 continue;
             }
-            if (act != rounded) {
-                int cols = w.cols();
+            int cols = w.cols();
+            long rowBytes = act.byteSize(cols);
+            if (act != encodedAs) {
                 for (int r = 0; r < rows; r++) {
-                    act.encode(x, r * cols, cols, quantizedRow, 0);
-                    act.decode(quantizedRow, 0, quantized, r * cols, cols);
+                    act.encode(x, r * cols, cols, encoded, r * rowBytes);
                 }
-                rounded = act;
+                encodedAs = act;
+                decoded = false;
+            }
+            if (w.format().hasEncodedDot()) {
+                device.matmulEncoded(w, encoded, rowBytes, rows, outs[i]);
+                continue;
+            }
+            if (!decoded) {
+                for (int r = 0; r < rows; r++) {
+                    act.decode(encoded, r * rowBytes, quantized, r * cols, cols);
+                }
+                decoded = true;
             }
             device.matmulExact(w, quantized, rows, outs[i]);
         }

@@ -2,6 +2,7 @@ package dev.prefill4j.backend.cpu;
 
 import dev.prefill4j.api.spi.ComputeDevice;
 import dev.prefill4j.api.spi.WeightMatrix;
+import java.lang.foreign.MemorySegment;
 import java.util.concurrent.ExecutionException;
 import java.util.concurrent.ExecutorService;
 import java.util.concurrent.Executors;
@@ -180,13 +181,33 @@ final class CpuDevice implements ComputeDevice {
         long rowBytes = w.rowBytes();
         var format = w.format();
         var data = w.data();
+        eachOutput(n, o -> {
+            for (int r = 0; r < rows; r++) {
+                out[r * n + o] = format.dot(data, rowBytes * o, x, r * k, k);
+            }
+        });
+    }
+
+    /**
+     * Products with activations still encoded ({@link dev.prefill4j.api.spi.Quantizer#dotEncoded}), for any number of
+     * rows: each weight row meets every activation row while it is in L1, and is never decoded to floats.
+     */
+    @Override
+    public void matmulEncoded(WeightMatrix w, MemorySegment act, long actRowBytes, int rows, float[] out) {
+        int n = w.rows();
+        eachOutput(n, o -> {
+            for (int r = 0; r < rows; r++) {
+                out[r * n + o] = (float) w.format().dotEncoded(w.data(), w.rowBytes() * o, act, actRowBytes * r, w.cols());
+            }
+        });
+    }
+
+    /** Runs {@code perOutput} for outputs {@code 0..n-1} on the workers, in tasks of consecutive outputs, several per thread. */
+    private void eachOutput(int n, IntConsumer perOutput) {
         int run = Math.max(1, Math.min(64, n / (8 * threads)));
         parallelFor((n + run - 1) / run, t -> {
-            int o1 = Math.min(n, (t + 1) * run);
-            for (int o = t * run; o < o1; o++) {
-                for (int r = 0; r < rows; r++) {
-                    out[r * n + o] = format.dot(data, rowBytes * o, x, r * k, k);
-                }
+            for (int o = t * run, o1 = Math.min(n, (t + 1) * run); o < o1; o++) {
+                perOutput.accept(o);
             }
         });
     }

@@ -28,6 +28,8 @@ public final class Blocks {
     private static final ThreadLocal<byte[]> STAGE = ThreadLocal.withInitial(() -> new byte[0]);
     private static final VarHandle SHORT_LE =
             MethodHandles.byteArrayViewVarHandle(short[].class, ByteOrder.LITTLE_ENDIAN);
+    private static final VarHandle FLOAT_LE =
+            MethodHandles.byteArrayViewVarHandle(float[].class, ByteOrder.LITTLE_ENDIAN);
 
     private Blocks() {
     }
@@ -61,6 +63,16 @@ public final class Blocks {
      */
     public static float fp16(byte[] b, int i) {
         return Float.float16ToFloat((short) SHORT_LE.get(b, i));
+    }
+
+    /**
+     * {@return the little-endian f32 at {@code i} of a staged array} (the scale of a staged Q8_K block, for example)
+     *
+     * @param b array
+     * @param i index
+     */
+    public static float f32(byte[] b, int i) {
+        return (float) FLOAT_LE.get(b, i);
     }
 
     /** {@return the fp16 at {@code offset} as a float} @param s segment @param offset byte offset */

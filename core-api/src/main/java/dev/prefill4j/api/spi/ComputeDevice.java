@@ -1,6 +1,7 @@
 package dev.prefill4j.api.spi;
 
 import dev.prefill4j.api.Api;
+import java.lang.foreign.MemorySegment;
 import java.util.function.IntConsumer;
 
 /**
@@ -42,6 +43,27 @@ public interface ComputeDevice extends AutoCloseable {
      * @param out  results {@code [rows][w.rows()]}
      */
     void matmulExact(WeightMatrix w, float[] x, int rows, float[] out);
+
+    /**
+     * {@code out[r][o] = (float) w.format().dotEncoded(row o of w, row r of act)}: the product with activations still
+     * encoded in the weights' {@link Quantizer#activationFormat()}, for formats whose {@link Quantizer#hasEncodedDot()}
+     * is {@code true}. Activation row {@code r} starts at byte {@code r * actRowBytes}. The default computes every
+     * product on the calling thread; devices run it on their workers.
+     *
+     * @param w           weights whose format has an encoded dot product
+     * @param act         encoded activations, {@code rows} rows of {@code actRowBytes}
+     * @param actRowBytes bytes per encoded activation row
+     * @param rows        activation rows
+     * @param out         results {@code [rows][w.rows()]}
+     */
+    default void matmulEncoded(WeightMatrix w, MemorySegment act, long actRowBytes, int rows, float[] out) {
+        int n = w.rows();
+        for (int r = 0; r < rows; r++) {
+            for (int o = 0; o < n; o++) {
+                out[r * n + o] = (float) w.format().dotEncoded(w.data(), w.rowBytes() * o, act, actRowBytes * r, w.cols());
+            }
+        }
+    }
 
     /**
      * RMSNorm: {@code out[r][i] = x[r][i] / sqrt(mean_i(x[r]^2) + eps) * weight[i]}.

@@ -101,4 +101,33 @@ public interface Quantizer extends Plugin {
      * @return the dot product in float precision
      */
     float dot(MemorySegment src, long offset, float[] x, int xOffset, int count);
+
+    /**
+     * {@return whether this format implements {@link #dotEncoded}}: a dot product with activations that are still
+     * encoded in {@link #activationFormat()}, in integer arithmetic within each block, as llama.cpp's CPU dot
+     * products compute it. The engine then hands quantized activations over encoded instead of rounding them to
+     * floats and using {@link ComputeDevice#matmulExact}. The default is {@code false}.
+     */
+    default boolean hasEncodedDot() {
+        return false;
+    }
+
+    /**
+     * The dot product of {@code count} weights with {@code count} activations encoded in the format named by
+     * {@link #activationFormat()}: {@code sum(decode(src)[i] * decodeActivations(act)[i])}. Within a block the
+     * products of the integer codes are summed exactly; each block's integer sum times its two scales is exact in
+     * double precision, and the blocks are added in double, so the result differs from the exact dot product of the
+     * decoded values by double rounding only. Only called when {@link #hasEncodedDot()} is {@code true}.
+     *
+     * @param src       the encoded weights
+     * @param offset    byte offset of the first weight block
+     * @param act       the encoded activations
+     * @param actOffset byte offset of the first activation block
+     * @param count     elements, a multiple of both formats' block sizes
+     * @return the dot product in double precision
+     * @throws UnsupportedOperationException if {@link #hasEncodedDot()} is {@code false}
+     */
+    default double dotEncoded(MemorySegment src, long offset, MemorySegment act, long actOffset, int count) {
+        throw new UnsupportedOperationException(id() + " has no dot product over encoded activations");
+    }
 }

@@ -34,7 +34,10 @@ import java.util.SplittableRandom;
  *   <li>decode at unaligned offsets and into the middle of an array touches exactly its elements;</li>
  *   <li>the fused {@code dot} equals the FP64 dot of the decoded row within {@code dot * sum|w*x|};</li>
  *   <li>GEMM, float and exact accumulation, on every {@link Backend} found by {@link ServiceLoader} equals FP64 over
- *       the decoded weights within the same relative bound, for shapes with one and many activation rows.</li>
+ *       the decoded weights within the same relative bound, for shapes with one and many activation rows;</li>
+ *   <li>for a format with {@link Quantizer#hasEncodedDot()}: {@code dotEncoded}, and {@code matmulEncoded} on every
+ *       backend, equal the FP64 dot of the decoded weights and the decoded activations within {@link #ENCODED}
+ *       {@code * sum|w*x|} (its activation format must be on the test path, found by {@link ServiceLoader}).</li>
  * </ol>
  */
 public final class QuantizerTestKit {
@@ -46,6 +49,13 @@ public final class QuantizerTestKit {
      */
     public record Tolerance(double roundTrip, double dot) {
     }
+
+    /**
+     * Relative bound of the encoded dot products: they are exact within a block and added in double, while the FP64
+     * reference multiplies activations decoded to float (rounded once, 2^-24 relative) and the GEMM rounds its
+     * result to float once more. A wrong code or sign moves the result by about one product, far above this.
+     */
+    public static final double ENCODED = 0x1p-21;
 
     private QuantizerTestKit() {
     }
@@ -62,7 +72,53 @@ public final class QuantizerTestKit {
         roundTrip(q, tol, 7);
         decodeIsExact(q);
         dot(q, tol, 11);
+        if (q.hasEncodedDot()) {
+            encodedDot(q, activationFormat(q), 17);
+        }
         return gemmOnEveryBackend(q, tol, 13);
+    }
+
+    /** {@return the format named by {@code q.activationFormat()}, found by {@link ServiceLoader}} */
+    static Quantizer activationFormat(Quantizer q) {
+        for (Quantizer candidate : ServiceLoader.load(Quantizer.class)) {
+            if (candidate.id().equals(q.activationFormat())) {
+                return candidate;
+            }
+        }
+        throw new AssertionError(q.id() + ": has an encoded dot product, but its activation format '"
+                + q.activationFormat() + "' is not on the test path; add the module that provides it as a test dependency");
+    }
+
+    /** Elements of a test row: at least two blocks of either format, a multiple of both. */
+    private static int encodedLength(Quantizer q, Quantizer act) {
+        int a = q.blockSize();
+        int b = act.blockSize();
+        int lcm = a / gcd(a, b) * b;
+        return lcm * Math.max(2, 512 / lcm);
+    }
+
+    private static int gcd(int a, int b) {
+        return b == 0 ? a : gcd(b, a % b);
+    }
+
+    static void encodedDot(Quantizer q, Quantizer act, long seed) {
+        int n = encodedLength(q, act);
+        float[] w = data(n, seed);
+        float[] x = data(n, seed + 1);
+        MemorySegment enc = Arena.ofAuto().allocate(q.byteSize(n));
+        q.encode(w, 0, n, enc, 0);
+        // Activations one block in, so a dot that ignores actOffset fails.
+        long at = act.blockBytes();
+        MemorySegment xEnc = Arena.ofAuto().allocate(at + act.byteSize(n));
+        act.encode(x, 0, n, xEnc, at);
+        float[] wd = new float[n];
+        float[] xd = new float[n];
+        q.decode(enc, 0, wd, 0, n);
+        act.decode(xEnc, at, xd, 0, n);
+        Fp64 ref = Fp64.dot(wd, 0, xd, 0, n);
+        double got = q.dotEncoded(enc, 0, xEnc, at, n);
+        check(Math.abs(got - ref.sum()) <= ENCODED * ref.magnitude() + 1e-30, q, "dotEncoded = " + got
+                + ", FP64 over the decoded " + act.id() + " activations = " + ref.sum());
     }
 
     static void metadata(Quantizer q) {
@@ -136,14 +192,9 @@ public final class QuantizerTestKit {
         q.encode(w, 0, n, enc, 0);
         float[] wd = new float[n];
         q.decode(enc, 0, wd, 0, n);
-        double ref = 0;
-        double mag = 0;
-        for (int i = 0; i < n; i++) {
-            ref += (double) wd[i] * x[i + 3];
-            mag += Math.abs((double) wd[i] * x[i + 3]);
-        }
+        Fp64 ref = Fp64.dot(wd, 0, x, 3, n);
         float got = q.dot(enc, 0, x, 3, n);
-        check(Math.abs(got - ref) <= tol.dot() * mag + 1e-30, q, "dot = " + got + ", FP64 = " + ref);
+        check(Math.abs(got - ref.sum()) <= tol.dot() * ref.magnitude() + 1e-30, q, "dot = " + got + ", FP64 = " + ref.sum());
     }
 
     static List<String> gemmOnEveryBackend(Quantizer q, Tolerance tol, long seed) {
@@ -177,23 +228,71 @@ public final class QuantizerTestKit {
                     }
                     for (int r = 0; r < rows; r++) {
                         for (int o = 0; o < out; o++) {
-                            double ref = 0;
-                            double mag = 0;
-                            for (int i = 0; i < k; i++) {
-                                ref += (double) wd[o * k + i] * x[r * k + i];
-                                mag += Math.abs((double) wd[o * k + i] * x[r * k + i]);
-                            }
+                            Fp64 ref = Fp64.dot(wd, o * k, x, r * k, k);
                             double got = y[r * out + o];
-                            check(Math.abs(got - ref) <= tol.dot() * mag + 1e-30, q, (exact ? "exact " : "") + "GEMM on backend '"
-                                    + backend.id() + "' row " + r + " output " + o + ": " + got + ", FP64 = " + ref);
+                            check(Math.abs(got - ref.sum()) <= tol.dot() * ref.magnitude() + 1e-30, q, (exact ? "exact " : "")
+                                    + "GEMM on backend '" + backend.id() + "' row " + r + " output " + o + ": " + got
+                                    + ", FP64 = " + ref.sum());
                         }
                     }
                     }
+                }
+                if (q.hasEncodedDot()) {
+                    encodedGemm(q, activationFormat(q), device, backend.id(), seed);
                 }
             }
             ran.add(backend.id());
         }
         return ran;
+    }
+
+    /** {@link ComputeDevice#matmulEncoded} against FP64 over the decoded weights and activations, 1 and 19 rows. */
+    static void encodedGemm(Quantizer q, Quantizer act, ComputeDevice device, String backend, long seed) {
+        int k = encodedLength(q, act);
+        int out = 11;
+        float[] w = data(out * k, seed);
+        long rowBytes = q.byteSize(k);
+        MemorySegment enc = Arena.ofAuto().allocate(out * rowBytes);
+        float[] wd = new float[out * k];
+        for (int o = 0; o < out; o++) {
+            q.encode(w, o * k, k, enc, o * rowBytes);
+            q.decode(enc, o * rowBytes, wd, o * k, k);
+        }
+        long actRow = act.byteSize(k);
+        for (int rows : new int[] {1, 19}) {
+            float[] x = data(rows * k, seed + 200 + rows);
+            MemorySegment xEnc = Arena.ofAuto().allocate(rows * actRow);
+            float[] xd = new float[rows * k];
+            for (int r = 0; r < rows; r++) {
+                act.encode(x, r * k, k, xEnc, r * actRow);
+                act.decode(xEnc, r * actRow, xd, r * k, k);
+            }
+            float[] y = new float[rows * out];
+            Arrays.fill(y, Float.NaN);
+            device.matmulEncoded(new WeightMatrix("kit", q, enc, out, k), xEnc, actRow, rows, y);
+            for (int r = 0; r < rows; r++) {
+                for (int o = 0; o < out; o++) {
+                    Fp64 ref = Fp64.dot(wd, o * k, xd, r * k, k);
+                    double got = y[r * out + o];
+                    check(Math.abs(got - ref.sum()) <= ENCODED * ref.magnitude() + 1e-30, q, "encoded GEMM on backend '"
+                            + backend + "' row " + r + " output " + o + ": " + got + ", FP64 = " + ref.sum());
+                }
+            }
+        }
+    }
+
+    /** An FP64 dot product and the sum of its terms' magnitudes, the scale of its rounding error. */
+    private record Fp64(double sum, double magnitude) {
+        static Fp64 dot(float[] a, int ao, float[] b, int bo, int n) {
+            double sum = 0;
+            double magnitude = 0;
+            for (int i = 0; i < n; i++) {
+                double p = (double) a[ao + i] * b[bo + i];
+                sum += p;
+                magnitude += Math.abs(p);
+            }
+            return new Fp64(sum, magnitude);
+        }
     }
 
     private static void check(boolean ok, Quantizer q, String what) {

