@@ -139,18 +139,19 @@ final class VectorOps {
      * The prefill micro-kernel over a transposed weight panel {@code wt[wo + t * 4L + i]} (K-major, four vectors of
      * outputs wide): six activation rows times four vectors of outputs, 24 accumulators in registers, no horizontal
      * sums; each step loads 4 weight vectors and 6 activations for 24 FMAs. Each output is accumulated over k in order
-     * with FMA, so results do not depend on the JIT. Writes {@code out[oo + j * outStride + i]}, j &lt; 6, i &lt; 4L.
+     * with FMA, so results do not depend on the JIT. Writes {@code out[oo + j * outStride + i]}, j &lt; 6, i &lt; 4L;
+     * with {@code add}, continues from the sums already there (the next slice of K), so slicing K keeps the bits.
      */
     static void kernel6x4(float[] wt, int wo, int k, float[] x, int xo, int xStride, float[] out, int oo,
-                          int outStride) {
+                          int outStride, boolean add) {
         int l = FLOATS.length();
         int stride = 4 * l;
-        FloatVector c00 = FloatVector.zero(FLOATS), c01 = FloatVector.zero(FLOATS), c02 = FloatVector.zero(FLOATS), c03 = FloatVector.zero(FLOATS);
-        FloatVector c10 = FloatVector.zero(FLOATS), c11 = FloatVector.zero(FLOATS), c12 = FloatVector.zero(FLOATS), c13 = FloatVector.zero(FLOATS);
-        FloatVector c20 = FloatVector.zero(FLOATS), c21 = FloatVector.zero(FLOATS), c22 = FloatVector.zero(FLOATS), c23 = FloatVector.zero(FLOATS);
-        FloatVector c30 = FloatVector.zero(FLOATS), c31 = FloatVector.zero(FLOATS), c32 = FloatVector.zero(FLOATS), c33 = FloatVector.zero(FLOATS);
-        FloatVector c40 = FloatVector.zero(FLOATS), c41 = FloatVector.zero(FLOATS), c42 = FloatVector.zero(FLOATS), c43 = FloatVector.zero(FLOATS);
-        FloatVector c50 = FloatVector.zero(FLOATS), c51 = FloatVector.zero(FLOATS), c52 = FloatVector.zero(FLOATS), c53 = FloatVector.zero(FLOATS);
+        FloatVector c00 = start(add, out, oo + 0 * outStride + 0 * l), c01 = start(add, out, oo + 0 * outStride + 1 * l), c02 = start(add, out, oo + 0 * outStride + 2 * l), c03 = start(add, out, oo + 0 * outStride + 3 * l);
+        FloatVector c10 = start(add, out, oo + 1 * outStride + 0 * l), c11 = start(add, out, oo + 1 * outStride + 1 * l), c12 = start(add, out, oo + 1 * outStride + 2 * l), c13 = start(add, out, oo + 1 * outStride + 3 * l);
+        FloatVector c20 = start(add, out, oo + 2 * outStride + 0 * l), c21 = start(add, out, oo + 2 * outStride + 1 * l), c22 = start(add, out, oo + 2 * outStride + 2 * l), c23 = start(add, out, oo + 2 * outStride + 3 * l);
+        FloatVector c30 = start(add, out, oo + 3 * outStride + 0 * l), c31 = start(add, out, oo + 3 * outStride + 1 * l), c32 = start(add, out, oo + 3 * outStride + 2 * l), c33 = start(add, out, oo + 3 * outStride + 3 * l);
+        FloatVector c40 = start(add, out, oo + 4 * outStride + 0 * l), c41 = start(add, out, oo + 4 * outStride + 1 * l), c42 = start(add, out, oo + 4 * outStride + 2 * l), c43 = start(add, out, oo + 4 * outStride + 3 * l);
+        FloatVector c50 = start(add, out, oo + 5 * outStride + 0 * l), c51 = start(add, out, oo + 5 * outStride + 1 * l), c52 = start(add, out, oo + 5 * outStride + 2 * l), c53 = start(add, out, oo + 5 * outStride + 3 * l);
         for (int t = 0; t < k; t++) {
             int w = wo + t * stride;
             FloatVector w0 = FloatVector.fromArray(FLOATS, wt, w);
@@ -214,11 +215,15 @@ final class VectorOps {
         c53.intoArray(out, oo + 5 * outStride + 3 * l);
     }
 
-    /** One activation row against a transposed panel of four vectors of outputs (the leftover rows of a block). */
-    static void kernel1x4(float[] wt, int wo, int k, float[] x, int xo, float[] out, int oo) {
+    /**
+     * One activation row against a transposed panel of four vectors of outputs (the leftover rows of a block); {@code
+     * add} as in {@link #kernel6x4}.
+     */
+    static void kernel1x4(float[] wt, int wo, int k, float[] x, int xo, float[] out, int oo, boolean add) {
         int l = FLOATS.length();
         int stride = 4 * l;
-        FloatVector c0 = FloatVector.zero(FLOATS), c1 = c0, c2 = c0, c3 = c0;
+        FloatVector c0 = start(add, out, oo), c1 = start(add, out, oo + l);
+        FloatVector c2 = start(add, out, oo + 2 * l), c3 = start(add, out, oo + 3 * l);
         for (int t = 0; t < k; t++) {
             int w = wo + t * stride;
             FloatVector xv = FloatVector.broadcast(FLOATS, x[xo + t]);
@@ -231,6 +236,11 @@ final class VectorOps {
         c1.intoArray(out, oo + l);
         c2.intoArray(out, oo + 2 * l);
         c3.intoArray(out, oo + 3 * l);
+    }
+
+    /** {@return the accumulator a micro-kernel starts from: zero, or the partial sums it left in {@code out[i..]}} */
+    private static FloatVector start(boolean add, float[] out, int i) {
+        return add ? FloatVector.fromArray(FLOATS, out, i) : FloatVector.zero(FLOATS);
     }
 
     /** Lane sum of {@code acc} plus the scalar tail {@code [from, n)} of one dot product. */
