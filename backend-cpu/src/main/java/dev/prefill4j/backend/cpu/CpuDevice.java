@@ -231,38 +231,40 @@ final class CpuDevice implements ComputeDevice {
         long rowBytes = w.rowBytes();
         int panels = n / panel;
         int lanes = VectorOps.FLOATS.length();
+        int block = w.format().blockSize();
+        int slice = Math.max(block, PANEL_SLICE_FLOATS / panel / block * block);
+        int width = Math.min(slice, k);
         int[] rowStarts = new int[lanes];
         for (int i = 0; i < lanes; i++) {
-            rowStarts[i] = i * k;
+            rowStarts[i] = i * width;
         }
         parallelFor(panels, pi -> {
             int o0 = pi * panel;
-            float[] rowBuf = buffer(lanes * k + panel * k);
-            int wt = lanes * k; // the transposed panel follows the rows being transposed
-            // A vector of rows at a time: decoded, then gathered a column at a time into the panel, one vector store
-            // per column where a scalar store per element took a tenth of pp512 (1.09-1.25x faster GEMM in-process).
-            for (int i0 = 0; i0 < panel; i0 += lanes) {
-                for (int i = 0; i < lanes; i++) {
-                    w.format().decode(w.data(), rowBytes * (o0 + i0 + i), rowBuf, i * k, k);
-                }
-                for (int t = 0; t < k; t++) {
-                    FloatVector.fromArray(VectorOps.FLOATS, rowBuf, t, rowStarts, 0)
-                            .intoArray(rowBuf, wt + t * panel + i0);
-                }
-            }
-            // Slices of the panel's K that stay in L2 while every group of rows runs over them; a kernel after the
-            // first continues the FMA chains from the sums it left in out, so the order (and the bits) of each
-            // output's accumulation is that of one pass over K.
-            int slice = Math.max(1, PANEL_SLICE_FLOATS / panel);
+            float[] rowBuf = buffer(lanes * width + panel * width);
+            int wt = lanes * width; // the transposed panel follows the rows being transposed
+            // The panel is built and used a slice of K at a time, small enough to stay in L2 while every group of rows
+            // runs over it; a kernel after the first slice continues the FMA chains from the sums it left in out, so
+            // the order (and the bits) of each output's accumulation is that of one pass over K.
             for (int t0 = 0; t0 < k; t0 += slice) {
                 int len = Math.min(slice, k - t0);
-                int ws = wt + t0 * panel;
+                long from = w.format().byteSize(t0);
+                // A vector of rows at a time: decoded, then gathered a column at a time into the panel, one vector
+                // store per column where a scalar store per element took a tenth of pp512 (1.09-1.25x faster GEMM).
+                for (int i0 = 0; i0 < panel; i0 += lanes) {
+                    for (int i = 0; i < lanes; i++) {
+                        w.format().decode(w.data(), rowBytes * (o0 + i0 + i) + from, rowBuf, i * width, len);
+                    }
+                    for (int t = 0; t < len; t++) {
+                        FloatVector.fromArray(VectorOps.FLOATS, rowBuf, t, rowStarts, 0)
+                                .intoArray(rowBuf, wt + t * panel + i0);
+                    }
+                }
                 int r = 0;
                 for (; r + 6 <= rows; r += 6) {
-                    VectorOps.kernel6x4(rowBuf, ws, len, x, r * k + t0, k, out, r * n + o0, n, t0 > 0);
+                    VectorOps.kernel6x4(rowBuf, wt, len, x, r * k + t0, k, out, r * n + o0, n, t0 > 0);
                 }
                 for (; r < rows; r++) {
-                    VectorOps.kernel1x4(rowBuf, ws, len, x, r * k + t0, out, r * n + o0, t0 > 0);
+                    VectorOps.kernel1x4(rowBuf, wt, len, x, r * k + t0, out, r * n + o0, t0 > 0);
                 }
             }
         });
