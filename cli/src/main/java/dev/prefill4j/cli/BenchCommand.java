@@ -154,8 +154,8 @@ final class BenchCommand implements Callable<Integer> {
                 row.put("size_bytes", model.weightBytes());
                 row.put("params", c.parameters());
                 row.put("backend", e.device().description());
-                row.put("kv_type", base.kvType().name().toLowerCase(Locale.ROOT));
-                row.put("activations", base.activations().name().toLowerCase(Locale.ROOT));
+                row.put("kv_type", base.kvType().name().toLowerCase(Locale.ROOT).replace('_', '-'));
+                row.put("activations", base.activations().name().toLowerCase(Locale.ROOT).replace('_', '-'));
                 row.put("test", test);
                 row.put("tokens_per_s_mean", mean);
                 row.put("tokens_per_s_sd", sd);
@@ -318,7 +318,7 @@ final class BenchCommand implements Callable<Integer> {
                 row.put("model", name);
                 row.put("test", "depth" + context + "_burst" + k);
                 row.put("kv_store", e.kvStore().id());
-                row.put("kv_type", o.kvType().name().toLowerCase(Locale.ROOT));
+                row.put("kv_type", o.kvType().name().toLowerCase(Locale.ROOT).replace('_', '-'));
                 row.put("kv_page_positions", s.cache().config().pageSize());
                 row.put("synthetic_kv", true);
                 row.put("fill_seconds", fillSeconds);

@@ -73,8 +73,9 @@ final class EngineOptions {
     String kvType;
 
     @Option(names = "--activations", paramLabel = "MODE", defaultValue = "f32",
-            description = "f32, or quantized: round each projection's input to its weight format's activation "
-                    + "format (Q8_0 for Q4_0/Q5_0/Q8_0, Q8_K for K-quants, F16 for F16) as llama.cpp does "
+            description = "f32; quantized: round each projection's input to its weight format's activation "
+                    + "format (Q8_0 for Q4_0/Q5_0/Q8_0, Q8_K for K-quants and ternary, F16 for F16) as llama.cpp does; "
+                    + "per-token: BitNet b1.58's int8 activations, one absmax scale per token, before ternary weights "
                     + "(default: ${DEFAULT-VALUE}).")
     String activations;
 
@@ -94,8 +95,9 @@ final class EngineOptions {
         SessionOptions.Activations mode = switch (activations.toLowerCase(Locale.ROOT)) {
             case "f32" -> SessionOptions.Activations.F32;
             case "quantized" -> SessionOptions.Activations.QUANTIZED;
+            case "per-token" -> SessionOptions.Activations.PER_TOKEN;
             default -> throw new PrefillException(PrefillException.Code.ARGUMENT,
-                    "unknown --activations '" + activations + "'; use f32 or quantized");
+                    "unknown --activations '" + activations + "'; use f32, quantized or per-token");
         };
         if (kvPage < 0) {
             throw new PrefillException(PrefillException.Code.ARGUMENT, "--kv-page must be 0 (the store's choice) or more");

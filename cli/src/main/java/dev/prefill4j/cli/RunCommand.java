@@ -126,8 +126,8 @@ final class RunCommand implements Callable<Integer> {
                 doc.put("synthetic", model.synthetic());
                 doc.put("format", model.formatSummary());
                 doc.put("backend", e.device().description());
-                doc.put("kv_type", options.kvType().name().toLowerCase(Locale.ROOT));
-                doc.put("activations", options.activations().name().toLowerCase(Locale.ROOT));
+                doc.put("kv_type", options.kvType().name().toLowerCase(Locale.ROOT).replace('_', '-'));
+                doc.put("activations", options.activations().name().toLowerCase(Locale.ROOT).replace('_', '-'));
                 doc.put("seed", samplingSeed);
                 doc.put("temperature", temperature);
                 doc.put("prompt", engine.resuming() ? null : prompt);

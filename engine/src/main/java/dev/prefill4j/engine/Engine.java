@@ -209,7 +209,7 @@ public final class Engine implements AutoCloseable {
             return map;
         }
         for (Quantizer w : model.weightFormats()) {
-            String id = w.activationFormat();
+            String id = mode == SessionOptions.Activations.PER_TOKEN ? w.tokenActivationFormat() : w.activationFormat();
             if (id.equals("f32")) {
                 continue;
             }

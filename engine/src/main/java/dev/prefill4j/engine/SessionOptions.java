@@ -33,7 +33,14 @@ public record SessionOptions(KVElementType kvType, int contextLength, int chunkS
          * Q8_K for K-quants, F16 for F16, BF16 for BF16), as llama.cpp does inside its dot products; logits then match
          * llama.cpp's to about 1e-3.
          */
-        QUANTIZED
+        QUANTIZED,
+        /**
+         * BitNet b1.58's activations: each projection's input row (one token) is rounded to int8 with one scale,
+         * {@code 127 / max|x|} of the row, before it meets weights whose format names a {@link
+         * dev.prefill4j.api.spi.Quantizer#tokenActivationFormat() per-token activation format} (TQ1_0, TQ2_0); other
+         * weights keep float32 activations.
+         */
+        PER_TOKEN
     }
 
 

@@ -52,6 +52,17 @@ public interface Quantizer extends Plugin {
     }
 
     /**
+     * {@return the id of the format activations are rounded to before they meet this format's weights when the
+     * engine runs with per-token activations}: BitNet b1.58's int8 activations with one absmax scale per token, for
+     * formats made for models trained that way ({@code q8_k-token} for the ternary formats). A format named here
+     * must have the layout of {@link #activationFormat()}, so that {@link #dotEncoded} reads either. The default,
+     * {@code f32}, leaves activations as they are.
+     */
+    default String tokenActivationFormat() {
+        return "f32";
+    }
+
+    /**
      * {@return bytes needed for {@code count} elements}
      *
      * @param count element count, a multiple of {@link #blockSize()}
@@ -114,7 +125,7 @@ public interface Quantizer extends Plugin {
 
     /**
      * The dot product of {@code count} weights with {@code count} activations encoded in the format named by
-     * {@link #activationFormat()}: {@code sum(decode(src)[i] * decodeActivations(act)[i])}. Within a block the
+     * {@link #activationFormat()} (or by {@link #tokenActivationFormat()}, which has its layout): {@code sum(decode(src)[i] * decodeActivations(act)[i])}. Within a block the
      * products of the integer codes are summed exactly; each block's integer sum times its two scales is exact in
      * double precision, and the blocks are added in double, so the result differs from the exact dot product of the
      * decoded values by double rounding only. Only called when {@link #hasEncodedDot()} is {@code true}.

@@ -37,7 +37,8 @@ import java.util.SplittableRandom;
  *       the decoded weights within the same relative bound, for shapes with one and many activation rows;</li>
  *   <li>for a format with {@link Quantizer#hasEncodedDot()}: {@code dotEncoded}, and {@code matmulEncoded} on every
  *       backend, equal the FP64 dot of the decoded weights and the decoded activations within {@link #ENCODED}
- *       {@code * sum|w*x|} (its activation format must be on the test path, found by {@link ServiceLoader}).</li>
+ *       {@code * sum|w*x|}, for its activation format and its per-token one (they must be on the test path, found by
+ *       {@link ServiceLoader}).</li>
  * </ol>
  */
 public final class QuantizerTestKit {
@@ -72,21 +73,38 @@ public final class QuantizerTestKit {
         roundTrip(q, tol, 7);
         decodeIsExact(q);
         dot(q, tol, 11);
-        if (q.hasEncodedDot()) {
-            encodedDot(q, activationFormat(q), 17);
+        for (Quantizer act : encodedActivationFormats(q)) {
+            encodedDot(q, act, 17);
         }
         return gemmOnEveryBackend(q, tol, 13);
     }
 
-    /** {@return the format named by {@code q.activationFormat()}, found by {@link ServiceLoader}} */
-    static Quantizer activationFormat(Quantizer q) {
-        for (Quantizer candidate : ServiceLoader.load(Quantizer.class)) {
-            if (candidate.id().equals(q.activationFormat())) {
-                return candidate;
-            }
+    /**
+     * {@return the formats {@code q}'s encoded dot product reads}: its activation format and its per-token one, if
+     * it names one; none without {@link Quantizer#hasEncodedDot()}. Found by {@link ServiceLoader}.
+     */
+    static List<Quantizer> encodedActivationFormats(Quantizer q) {
+        List<Quantizer> formats = new ArrayList<>();
+        if (!q.hasEncodedDot()) {
+            return formats;
         }
-        throw new AssertionError(q.id() + ": has an encoded dot product, but its activation format '"
-                + q.activationFormat() + "' is not on the test path; add the module that provides it as a test dependency");
+        for (String id : new String[] {q.activationFormat(), q.tokenActivationFormat()}) {
+            if (id.equals("f32")) {
+                continue;
+            }
+            Quantizer found = null;
+            for (Quantizer candidate : ServiceLoader.load(Quantizer.class)) {
+                if (candidate.id().equals(id)) {
+                    found = candidate;
+                }
+            }
+            if (found == null) {
+                throw new AssertionError(q.id() + ": has an encoded dot product, but its activation format '" + id
+                        + "' is not on the test path; add the module that provides it as a test dependency");
+            }
+            formats.add(found);
+        }
+        return formats;
     }
 
     /** Elements of a test row: at least two blocks of either format, a multiple of both. */
@@ -237,8 +255,8 @@ public final class QuantizerTestKit {
                     }
                     }
                 }
-                if (q.hasEncodedDot()) {
-                    encodedGemm(q, activationFormat(q), device, backend.id(), seed);
+                for (Quantizer act : encodedActivationFormats(q)) {
+                    encodedGemm(q, act, device, backend.id(), seed);
                 }
             }
             ran.add(backend.id());

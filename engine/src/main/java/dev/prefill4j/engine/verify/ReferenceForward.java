@@ -16,7 +16,7 @@ import java.util.Map;
  * the formats' decoders, which are tested on their own.
  *
  * <p>With {@code activationFormats} it rounds each projection's input the way
- * {@link dev.prefill4j.engine.SessionOptions.Activations#QUANTIZED} does, so a quantized-activation configuration
+ * {@link dev.prefill4j.engine.SessionOptions.Activations#QUANTIZED} and {@code PER_TOKEN} do, so such a configuration
  * is checked against the function it is meant to compute.
  *
  * @since 0.1

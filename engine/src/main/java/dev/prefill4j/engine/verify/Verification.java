@@ -55,7 +55,7 @@ public record Verification(boolean passed, double maxDiff, double tolerance, int
             case F16 -> 20;
             case Q8_0 -> 200;
         };
-        if (options.activations() == SessionOptions.Activations.QUANTIZED) {
+        if (options.activations() != SessionOptions.Activations.F32) {
             tol *= 50;
         }
         return new Verification(max <= tol, max, tol, tokens);

@@ -5,12 +5,14 @@ import dev.prefill4j.api.spi.Quantizer;
 import java.lang.foreign.MemorySegment;
 
 /**
- * What both ternary formats share as quantizers: 256-element blocks with one fp16 scale, Q8_K activations, and the
- * two dot products over staged blocks ({@link Ternary}); a format supplies its layout.
+ * What both ternary formats share as quantizers: 256-element blocks with one fp16 scale, Q8_K activations (or, per
+ * token, {@link Q8KTokenQuantizer}'s in the same layout), and the two dot products over staged blocks ({@link
+ * Ternary}); a format supplies its layout.
  */
 abstract sealed class TernaryQuantizer implements Quantizer permits TQ1_0Quantizer, TQ2_0Quantizer {
     @Override public final int blockSize() { return Ternary.QK; }
     @Override public final String activationFormat() { return "q8_k"; }
+    @Override public final String tokenActivationFormat() { return Q8KTokenQuantizer.ID; }
 
     /** {@return the offset of the fp16 scale {@code d} within a block} */
     abstract int scaleAt();

@@ -98,4 +98,54 @@ class TernaryFormatsTest {
         assertEquals(List.of("cpu"), QuantizerTestKit.verify(new TQ1_0Quantizer(), new QuantizerTestKit.Tolerance(0.501, 1e-5)));
         assertEquals(List.of("cpu"), QuantizerTestKit.verify(new TQ2_0Quantizer(), new QuantizerTestKit.Tolerance(0.501, 1e-5)));
     }
+
+    /**
+     * Per-token activations: one scale for the whole row (every block carries {@code max|x| / 127}), codes within half
+     * a step of {@code x}, the largest element at +-127, group sums equal to their codes' sums, and ties rounded to
+     * even: with {@code max|x| = 127} the step is 1, so 2.5 and -2.5 round to 2 and -2, 3.5 to 4.
+     */
+    @Test
+    void perTokenActivationsShareOneScaleAndRoundTiesToEven() {
+        Q8KTokenQuantizer q = new Q8KTokenQuantizer();
+        SplittableRandom r = new SplittableRandom(9);
+        int n = 256 * 4;
+        float[] x = new float[n];
+        for (int i = 0; i < n; i++) {
+            x[i] = (float) (r.nextGaussian() * Math.pow(10, i / 256 - 2)); // blocks 100x apart in magnitude
+        }
+        MemorySegment enc = Arena.ofAuto().allocate(q.byteSize(n));
+        q.encode(x, 0, n, enc, 0);
+        float amax = 0;
+        for (float v : x) {
+            amax = Math.max(amax, Math.abs(v));
+        }
+        float[] back = new float[n];
+        q.decode(enc, 0, back, 0, n);
+        int peak = 0;
+        for (int b = 0; b < n / 256; b++) {
+            long o = (long) b * 292;
+            assertEquals(amax / 127f, enc.get(dev.prefill4j.api.spi.Blocks.F32, o), "block " + b + " scale");
+            for (int g = 0; g < 16; g++) {
+                int sum = 0;
+                for (int j = 0; j < 16; j++) {
+                    int code = enc.get(dev.prefill4j.api.spi.Blocks.I8, o + 4 + 16 * g + j);
+                    sum += code;
+                    peak = Math.max(peak, Math.abs(code));
+                }
+                assertEquals(sum, enc.get(dev.prefill4j.api.spi.Blocks.I16, o + 260 + 2L * g), "block " + b + " group " + g);
+            }
+        }
+        assertEquals(127, peak);
+        for (int i = 0; i < n; i++) {
+            assertEquals(x[i], back[i], 0.5 * amax / 127 * (1 + 1e-6), "element " + i);
+        }
+        float[] ties = new float[256];
+        ties[0] = 127;
+        ties[1] = 2.5f;
+        ties[2] = -2.5f;
+        ties[3] = 3.5f;
+        MemorySegment t = Arena.ofAuto().allocate(q.byteSize(256));
+        q.encode(ties, 0, 256, t, 0);
+        assertArrayEquals(new byte[] {127, 2, -2, 4}, t.asSlice(4, 4).toArray(java.lang.foreign.ValueLayout.JAVA_BYTE));
+    }
 }
