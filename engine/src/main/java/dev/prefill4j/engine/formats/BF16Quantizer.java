@@ -5,6 +5,11 @@ import dev.prefill4j.api.spi.Blocks;
 import dev.prefill4j.api.spi.Quantizer;
 import java.lang.foreign.MemorySegment;
 import java.util.OptionalInt;
+import jdk.incubator.vector.IntVector;
+import jdk.incubator.vector.ShortVector;
+import jdk.incubator.vector.VectorOperators;
+import jdk.incubator.vector.VectorShape;
+import jdk.incubator.vector.VectorSpecies;
 
 /**
  * bfloat16 weights (GGUF type 30): the upper 16 bits of a binary32. Encoding follows ggml's
@@ -18,6 +23,10 @@ public final class BF16Quantizer implements Quantizer {
     @Override public int blockBytes() { return 2; }
     @Override public OptionalInt ggufType() { return OptionalInt.of(30); }
     @Override public String activationFormat() { return "bf16"; }
+
+    private static final VectorSpecies<Short> HALVES =
+            VectorSpecies.of(short.class, VectorShape.forBitSize(FusedDot.FLOATS.length() * 16));
+    private static final VectorSpecies<Integer> INTS = VectorSpecies.of(int.class, FusedDot.FLOATS.vectorShape());
 
     static float toFloat(short bits) {
         return Float.intBitsToFloat((bits & 0xFFFF) << 16);
@@ -33,8 +42,15 @@ public final class BF16Quantizer implements Quantizer {
 
     @Override
     public void decode(MemorySegment src, long offset, float[] dst, int dstOffset, int count) {
-        short[] h = F16Quantizer.stage(src, offset, count); // bulk copy, then a loop C2 vectorizes
-        for (int i = 0; i < count; i++) {
+        // A bulk copy, then vectors: C2 left the scalar loop unvectorized (1.7 G weights/s in the dot product).
+        short[] h = F16Quantizer.stage(src, offset, count);
+        int i = 0;
+        for (int step = FusedDot.FLOATS.length(); i + step <= count; i += step) {
+            // Sign extension fills the bits that the shift then moves out: the same bits as zero extension.
+            ((IntVector) ShortVector.fromArray(HALVES, h, i).convertShape(VectorOperators.S2I, INTS, 0))
+                    .lanewise(VectorOperators.LSHL, 16).reinterpretAsFloats().intoArray(dst, dstOffset + i);
+        }
+        for (; i < count; i++) {
             dst[dstOffset + i] = toFloat(h[i]);
         }
     }
