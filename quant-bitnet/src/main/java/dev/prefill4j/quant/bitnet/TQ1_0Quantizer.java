@@ -4,6 +4,9 @@ import dev.prefill4j.api.ApiVersion;
 import dev.prefill4j.api.spi.Blocks;
 import java.lang.foreign.MemorySegment;
 import java.util.OptionalInt;
+import jdk.incubator.vector.ByteVector;
+import jdk.incubator.vector.IntVector;
+import jdk.incubator.vector.VectorOperators;
 
 /**
  * GGUF TQ1_0 (type 34): 256 trits in 54 bytes: {@code qs[48]} at 0, {@code qh[4]} at 48, {@code d} fp16 at 52.
@@ -28,41 +31,16 @@ public final class TQ1_0Quantizer extends TernaryQuantizer {
         return (q * 3) >> 8;
     }
 
-    /**
-     * Visits every element of a block as (element index, trit): the layout in one place for decode and dot.
-     */
-    interface TritSink {
-        void accept(int element, int trit);
-    }
-
-    static void forEachTrit(byte[] b, int o, TritSink sink) {
-        for (int n = 0; n < 5; n++) {
-            for (int m = 0; m < 32; m++) {
-                sink.accept(32 * n + m, trit(b[o + m] & 0xFF, n));
-            }
-        }
-        for (int n = 0; n < 5; n++) {
-            for (int m = 0; m < 16; m++) {
-                sink.accept(160 + 16 * n + m, trit(b[o + 32 + m] & 0xFF, n));
-            }
-        }
-        for (int n = 0; n < 4; n++) {
-            for (int j = 0; j < 4; j++) {
-                sink.accept(240 + 4 * n + j, trit(b[o + 48 + j] & 0xFF, n));
-            }
-        }
-    }
-
     @Override
     public void decode(MemorySegment src, long offset, float[] dst, int dstOffset, int count) {
         Blocks.checkCount(count, Ternary.QK, id());
         int blocks = count / Ternary.QK;
         byte[] b = Blocks.stage(src, offset, blocks * BYTES);
+        byte[] trits = Ternary.trits();
         for (int k = 0; k < blocks; k++) {
             int o = k * BYTES;
-            float d = Blocks.fp16(b, o + 52);
-            int base = dstOffset + k * Ternary.QK;
-            forEachTrit(b, o, (e, t) -> dst[base + e] = (t - 1) * d);
+            unpack(b, o, trits);
+            Ternary.decode(trits, Blocks.fp16(b, o + 52), dst, dstOffset + k * Ternary.QK);
         }
     }
 
@@ -71,9 +49,37 @@ public final class TQ1_0Quantizer extends TernaryQuantizer {
         return 52;
     }
 
+    /**
+     * The block's trits in element order (layout in the class comment), in int lanes: a vector of packed bytes gives
+     * a vector of trits per power of three ({@code p = 3q}: the trit is {@code p >> 8}, the next {@code q} is {@code p & 0xFF}); the last four bytes
+     * ({@code qh}) one at a time. Same trits as {@link #trit}.
+     */
     @Override
     void unpack(byte[] staged, int o, byte[] trits) {
-        forEachTrit(staged, o, (e, t) -> trits[e] = (byte) t);
+        int lanes = Ternary.INTS.length();
+        for (int m = 0; m < 32; m += lanes) {
+            unpackLanes(staged, o + m, trits, m, 32);
+        }
+        for (int m = 0; m < 16; m += lanes) {
+            unpackLanes(staged, o + 32 + m, trits, 160 + m, 16);
+        }
+        for (int n = 0; n < 4; n++) {
+            for (int j = 0; j < 4; j++) {
+                trits[240 + 4 * n + j] = (byte) trit(staged[o + 48 + j] & 0xFF, n);
+            }
+        }
+    }
+
+    /** Five trits of each packed byte {@code b[at + lane]} to {@code trits[to + stride * n + lane]}. */
+    private static void unpackLanes(byte[] b, int at, byte[] trits, int to, int stride) {
+        IntVector q = (IntVector) ByteVector.fromArray(Ternary.TRIT_LANES, b, at)
+                .convertShape(VectorOperators.ZERO_EXTEND_B2I, Ternary.INTS, 0);
+        for (int n = 0; n < 5; n++) {
+            IntVector p = q.mul(3);
+            p.lanewise(VectorOperators.LSHR, 8).convertShape(VectorOperators.I2B, Ternary.TRIT_LANES, 0)
+                    .reinterpretAsBytes().intoArray(trits, to + stride * n);
+            q = p.and(0xFF);
+        }
     }
 
     /** Packs trits, first most significant, then {@code ceil(v * 256 / 243)} (with a trailing zero trit for qh). */

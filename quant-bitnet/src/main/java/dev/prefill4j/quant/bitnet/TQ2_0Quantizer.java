@@ -5,6 +5,8 @@ import dev.prefill4j.api.spi.Blocks;
 import java.lang.foreign.MemorySegment;
 import java.util.OptionalInt;
 import jdk.incubator.vector.ByteVector;
+import jdk.incubator.vector.FloatVector;
+import jdk.incubator.vector.IntVector;
 import jdk.incubator.vector.ShortVector;
 import jdk.incubator.vector.VectorOperators;
 
@@ -30,11 +32,14 @@ public final class TQ2_0Quantizer extends TernaryQuantizer {
             int o = k * BYTES;
             float d = Blocks.fp16(b, o + 64);
             int base = dstOffset + k * Ternary.QK;
+            // Bytes widened to int lanes, trits shifted out of them there (x86 has no byte shifts).
             for (int c = 0; c < 2; c++) {
-                for (int n = 0; n < 4; n++) {
-                    int y = base + 128 * c + 32 * n;
-                    for (int m = 0; m < 32; m++) {
-                        dst[y + m] = (((b[o + 32 * c + m] >> (2 * n)) & 3) - 1) * d;
+                for (int m = 0; m < 32; m += Ternary.INTS.length()) {
+                    IntVector packed = (IntVector) ByteVector.fromArray(Ternary.TRIT_LANES, b, o + 32 * c + m)
+                            .convertShape(VectorOperators.ZERO_EXTEND_B2I, Ternary.INTS, 0);
+                    for (int n = 0; n < 4; n++) {
+                        ((FloatVector) packed.lanewise(VectorOperators.LSHR, 2 * n).and(3).sub(1)
+                                .convert(VectorOperators.I2F, 0)).mul(d).intoArray(dst, base + 128 * c + 32 * n + m);
                     }
                 }
             }

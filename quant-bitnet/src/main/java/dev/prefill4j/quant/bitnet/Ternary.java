@@ -17,9 +17,9 @@ final class Ternary {
     /** Float lanes of the dot product, at most 16; trits and ints in vectors with as many lanes. */
     private static final VectorSpecies<Float> FLOATS = FloatVector.SPECIES_PREFERRED.length() > 16
             ? FloatVector.SPECIES_512 : FloatVector.SPECIES_PREFERRED;
-    private static final VectorSpecies<Byte> TRIT_LANES =
+    static final VectorSpecies<Byte> TRIT_LANES =
             VectorSpecies.of(byte.class, VectorShape.forBitSize(FLOATS.length() * 8));
-    private static final VectorSpecies<Integer> INTS = VectorSpecies.of(int.class, FLOATS.vectorShape());
+    static final VectorSpecies<Integer> INTS = VectorSpecies.of(int.class, FLOATS.vectorShape());
     private static final ThreadLocal<byte[]> TRITS = ThreadLocal.withInitial(() -> new byte[QK]);
     /** Short lanes of the integer dot product, at most 32; trits and activation codes in byte vectors as wide. */
     static final VectorSpecies<Short> SHORTS = ShortVector.SPECIES_PREFERRED.length() > 32
@@ -115,6 +115,19 @@ final class Ternary {
     }
 
     private Ternary() {
+    }
+
+    /** {@return the calling thread's array for one block's trits} */
+    static byte[] trits() {
+        return TRITS.get();
+    }
+
+    /** Writes {@code (t - 1) * d} for a block's trits {@code t} (0, 1, 2) to {@code dst[at..]}, in vector lanes. */
+    static void decode(byte[] trits, float d, float[] dst, int at) {
+        for (int e = 0; e < QK; e += FLOATS.length()) {
+            ((FloatVector) ByteVector.fromArray(TRIT_LANES, trits, e).convertShape(VectorOperators.B2I, INTS, 0)
+                    .lanewise(VectorOperators.SUB, 1).convert(VectorOperators.I2F, 0)).mul(d).intoArray(dst, at + e);
+        }
     }
 
     /** {@code max|x|} of the block at {@code base}: the scale both formats store. */
