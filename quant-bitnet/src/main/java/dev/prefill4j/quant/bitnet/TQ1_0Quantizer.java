@@ -51,8 +51,8 @@ public final class TQ1_0Quantizer extends TernaryQuantizer {
 
     /**
      * The block's trits in element order (layout in the class comment), in int lanes: a vector of packed bytes gives
-     * a vector of trits per power of three ({@code p = 3q}: the trit is {@code p >> 8}, the next {@code q} is {@code p & 0xFF}); the last four bytes
-     * ({@code qh}) one at a time. Same trits as {@link #trit}.
+     * a vector of trits per power of three ({@code p = 3q}: the trit is {@code p >> 8}, the next {@code q} is
+     * {@code p & 0xFF}); the last four bytes ({@code qh}) one at a time. Same trits as {@link #trit}.
      */
     @Override
     void unpack(byte[] staged, int o, byte[] trits) {

@@ -29,26 +29,20 @@ final class Ternary {
     /** Q8_K, the activation format of both: {@code d} f32 at 0, {@code qs[256]} int8 at 4, group sums at 260. */
     static final int Q8K_BYTES = 292;
 
-    /** Fills a block's trits (0, 1, 2 for -1, 0, +1) in element order. */
-    @FunctionalInterface
-    interface TritUnpacker {
-        void unpack(byte[] staged, int blockOffset, byte[] trits);
-    }
-
     /**
-     * The fused dot product of both ternary formats: per block, the format unpacks its trits in element order, then
-     * activations are added where the trit is +1 and subtracted where it is -1, in vector lanes under masks (no
-     * multiplication by a weight); the block sum is scaled by the block's {@code d}; lanes are added first to last at
-     * the end. The same trits give the same bits in either format.
-     *
-     * @param scaleAt offset of the fp16 {@code d} within a block
+     * The fused dot product of both ternary formats: per block, the format {@code q} unpacks its trits in element
+     * order ({@link TernaryQuantizer#unpack}), then activations are added where the trit is +1 and subtracted where it
+     * is -1, in vector lanes under masks (no multiplication by a weight); the block sum is scaled by the block's
+     * {@code d}; lanes are added first to last at the end. The same trits give the same bits in either format.
      */
-    static float dot(byte[] staged, int blocks, int blockBytes, int scaleAt, TritUnpacker unpack, float[] x, int xOffset) {
+    static float dot(byte[] staged, int blocks, TernaryQuantizer q, float[] x, int xOffset) {
+        int blockBytes = q.blockBytes();
+        int scaleAt = q.scaleAt();
         byte[] trits = TRITS.get();
         FloatVector acc = FloatVector.zero(FLOATS);
         for (int k = 0; k < blocks; k++) {
             int o = k * blockBytes;
-            unpack.unpack(staged, o, trits);
+            q.unpack(staged, o, trits);
             int base = xOffset + k * QK;
             FloatVector s = FloatVector.zero(FLOATS);
             for (int e = 0; e < QK; e += FLOATS.length()) {
@@ -73,18 +67,19 @@ final class Ternary {
      * {@code |sum| <= 256 * 127 < 2^15}; it is scaled by {@code d_w * d_x} ({@link #term}). The same trits give the
      * same bits in either format.
      *
-     * @param scaleAt   offset of the fp16 {@code d} within a weight block
+     * @param q         the format, which unpacks the trits
      * @param act       Q8_K activations
      * @param actOffset byte offset of the first activation block
      */
-    static double dotQ8K(byte[] staged, int blocks, int blockBytes, int scaleAt, TritUnpacker unpack,
-            MemorySegment act, long actOffset) {
+    static double dotQ8K(byte[] staged, int blocks, TernaryQuantizer q, MemorySegment act, long actOffset) {
+        int blockBytes = q.blockBytes();
+        int scaleAt = q.scaleAt();
         byte[] trits = TRITS.get();
         double sum = 0;
         for (int k = 0; k < blocks; k++) {
             int o = k * blockBytes;
             long ao = actOffset + (long) k * Q8K_BYTES;
-            unpack.unpack(staged, o, trits);
+            q.unpack(staged, o, trits);
             ShortVector plus = ShortVector.zero(SHORTS);
             ShortVector minus = plus;
             for (int e = 0; e < QK; e += SHORTS.length()) {

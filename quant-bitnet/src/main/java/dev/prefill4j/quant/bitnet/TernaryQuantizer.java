@@ -24,8 +24,7 @@ abstract sealed class TernaryQuantizer implements Quantizer permits TQ1_0Quantiz
     @Override
     public final float dot(MemorySegment src, long offset, float[] x, int xOffset, int count) {
         int blocks = blocks(count);
-        return Ternary.dot(Blocks.stage(src, offset, blocks * blockBytes()), blocks, blockBytes(), scaleAt(), this::unpack,
-                x, xOffset);
+        return Ternary.dot(Blocks.stage(src, offset, blocks * blockBytes()), blocks, this, x, xOffset);
     }
 
     @Override
@@ -44,7 +43,7 @@ abstract sealed class TernaryQuantizer implements Quantizer permits TQ1_0Quantiz
      * Ternary#dotQ8K}).
      */
     double dotQ8K(byte[] staged, int blocks, MemorySegment act, long actOffset) {
-        return Ternary.dotQ8K(staged, blocks, blockBytes(), scaleAt(), this::unpack, act, actOffset);
+        return Ternary.dotQ8K(staged, blocks, this, act, actOffset);
     }
 
     /** {@return whole blocks in {@code count} elements} @throws IllegalArgumentException if not a multiple of 256 */
