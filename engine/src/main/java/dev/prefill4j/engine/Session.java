@@ -80,7 +80,8 @@ public final class Session implements AutoCloseable {
         this.up = new float[chunk * c.ffnDim()];
         this.activationFormats = Map.copyOf(activationFormats);
         int widest = Math.max(Math.max(c.dim(), c.qDim()), c.ffnDim());
-        this.quantized = activationFormats.isEmpty() ? null : new float[chunk * widest];
+        boolean decodes = activationFormats.keySet().stream().anyMatch(w -> !w.hasEncodedDot());
+        this.quantized = decodes ? new float[chunk * widest] : null;
         long rowBytes = activationFormats.values().stream()
                 .mapToLong(q -> (widest + q.blockSize() - 1L) / q.blockSize() * q.blockBytes()).max().orElse(0);
         this.encoded = activationFormats.isEmpty() ? null : Arena.ofAuto().allocate(Math.max(1, chunk * rowBytes));
