@@ -7,6 +7,7 @@ import java.lang.foreign.MemorySegment;
 import java.util.OptionalInt;
 import jdk.incubator.vector.ByteVector;
 import jdk.incubator.vector.FloatVector;
+import jdk.incubator.vector.IntVector;
 import jdk.incubator.vector.VectorOperators;
 
 /**
@@ -40,28 +41,31 @@ public final class Q6KQuantizer implements Quantizer {
                 int sc = o + 192 + 8 * h;
                 int y = dstOffset + k * QK + 128 * h;
                 // Lanes never straddle the 16-element scale groups: at most 16 lanes, starting at multiples of them.
+                // Bytes widened to int lanes first; the bits are joined there (x86 has no byte shifts).
                 for (int l = 0; l < 32; l += KQuants.FLOATS.length()) {
-                    int is = l / 16;
-                    ByteVector lo = ByteVector.fromArray(KQuants.BYTES_PER_LANE, b, ql + l);
-                    ByteVector lo2 = ByteVector.fromArray(KQuants.BYTES_PER_LANE, b, ql + l + 32);
-                    ByteVector hb = ByteVector.fromArray(KQuants.BYTES_PER_LANE, b, qh + l);
-                    store(lo.and((byte) 0x0F).or(hb.and((byte) 3).lanewise(VectorOperators.LSHL, 4)),
-                            d * b[sc + is], dst, y + l);
-                    store(lo2.and((byte) 0x0F).or(hb.lanewise(VectorOperators.LSHR, 2).and((byte) 3)
-                            .lanewise(VectorOperators.LSHL, 4)), d * b[sc + is + 2], dst, y + l + 32);
-                    store(lo.lanewise(VectorOperators.LSHR, 4).and((byte) 0x0F).or(hb.lanewise(VectorOperators.LSHR, 4)
-                            .and((byte) 3).lanewise(VectorOperators.LSHL, 4)), d * b[sc + is + 4], dst, y + l + 64);
-                    store(lo2.lanewise(VectorOperators.LSHR, 4).and((byte) 0x0F).or(hb.lanewise(VectorOperators.LSHR, 6)
-                            .and((byte) 3).lanewise(VectorOperators.LSHL, 4)), d * b[sc + is + 6], dst, y + l + 96);
+                    int is = sc + l / 16;
+                    IntVector lo = widen(b, ql + l);
+                    IntVector lo2 = widen(b, ql + l + 32);
+                    IntVector hb = widen(b, qh + l);
+                    store(lo.and(0x0F).or(hb.and(0x03).lanewise(VectorOperators.LSHL, 4)), d * b[is], dst, y + l);
+                    store(lo2.and(0x0F).or(hb.and(0x0C).lanewise(VectorOperators.LSHL, 2)), d * b[is + 2], dst, y + l + 32);
+                    store(lo.lanewise(VectorOperators.LSHR, 4).or(hb.and(0x30)), d * b[is + 4], dst, y + l + 64);
+                    store(lo2.lanewise(VectorOperators.LSHR, 4).or(hb.lanewise(VectorOperators.LSHR, 2).and(0x30)),
+                            d * b[is + 6], dst, y + l + 96);
                 }
             }
         }
     }
 
+    /** {@return bytes {@code b[at..]} zero-extended to int lanes} */
+    private static IntVector widen(byte[] b, int at) {
+        return (IntVector) ByteVector.fromArray(KQuants.BYTES_PER_LANE, b, at)
+                .convertShape(VectorOperators.ZERO_EXTEND_B2I, KQuants.INTS, 0);
+    }
+
     /** Levels 0..63 in {@code q}: {@code (q - 32) * scale} as floats at {@code dst[at..]}. */
-    private static void store(ByteVector q, float scale, float[] dst, int at) {
-        ((FloatVector) q.sub((byte) 32).convertShape(VectorOperators.B2F, KQuants.FLOATS, 0)).mul(scale)
-                .intoArray(dst, at);
+    private static void store(IntVector q, float scale, float[] dst, int at) {
+        ((FloatVector) q.sub(32).convert(VectorOperators.I2F, 0)).mul(scale).intoArray(dst, at);
     }
 
     /** Decoded a super-block at a time into L1 and multiplied with vectors ({@link KQuants#dot}). */
