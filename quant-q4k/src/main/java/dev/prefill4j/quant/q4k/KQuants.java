@@ -3,7 +3,10 @@ package dev.prefill4j.quant.q4k;
 import dev.prefill4j.api.spi.Blocks;
 import dev.prefill4j.api.spi.Quantizer;
 import java.lang.foreign.MemorySegment;
+import jdk.incubator.vector.ByteVector;
 import jdk.incubator.vector.FloatVector;
+import jdk.incubator.vector.IntVector;
+import jdk.incubator.vector.VectorOperators;
 import jdk.incubator.vector.VectorShape;
 import jdk.incubator.vector.VectorShuffle;
 import jdk.incubator.vector.VectorSpecies;
@@ -47,6 +50,11 @@ final class KQuants {
             }
         }
         return sum(acc0.add(acc1));
+    }
+
+    /** {@return bytes {@code b[at..]} zero-extended to int lanes, where a decoder joins the bits of its levels} */
+    static IntVector widen(byte[] b, int at) {
+        return (IntVector) ByteVector.fromArray(BYTES_PER_LANE, b, at).convertShape(VectorOperators.ZERO_EXTEND_B2I, INTS, 0);
     }
 
     private static final int L = FLOATS.length();

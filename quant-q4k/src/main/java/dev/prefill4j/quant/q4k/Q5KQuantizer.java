@@ -5,6 +5,9 @@ import dev.prefill4j.api.spi.Blocks;
 import dev.prefill4j.api.spi.Quantizer;
 import java.lang.foreign.MemorySegment;
 import java.util.OptionalInt;
+import jdk.incubator.vector.FloatVector;
+import jdk.incubator.vector.IntVector;
+import jdk.incubator.vector.VectorOperators;
 
 /**
  * GGUF Q5_K (type 13), which llama.cpp's Q4_K_S mix uses for some {@code attn_v} and {@code ffn_down} tensors:
@@ -25,29 +28,37 @@ public final class Q5KQuantizer implements Quantizer {
     @Override public OptionalInt ggufType() { return OptionalInt.of(13); }
     @Override public String activationFormat() { return "q8_k"; }
 
-    private static int level(MemorySegment s, long o, int c, int l, boolean high) {
-        int q = Blocks.u8(s, o + 48 + 32 * c + l);
-        int bit = (Blocks.u8(s, o + 16 + l) >>> (2 * c + (high ? 1 : 0))) & 1;
-        return (high ? q >>> 4 : q & 0x0F) + 16 * bit;
-    }
-
+    /**
+     * The block staged, then in int lanes: the quants and their high bits widened from bytes, level {@code (q & 15) |
+     * bit << 4}, then {@code d * scale * level - dmin * min} rounded as ggml's scalar code rounds it (a product, then a
+     * difference).
+     */
     @Override
     public void decode(MemorySegment src, long offset, float[] dst, int dstOffset, int count) {
         Blocks.checkCount(count, QK, id());
-        for (int b = 0; b < count / QK; b++) {
-            long o = offset + (long) b * BYTES;
-            float d = Blocks.fp16(src, o);
-            float dmin = Blocks.fp16(src, o + 2);
-            int base = dstOffset + b * QK;
-            byte[] header = Blocks.stage(src, o, 16); // d, dmin and the packed scales
+        int blocks = count / QK;
+        byte[] b = Blocks.stage(src, offset, blocks * BYTES);
+        for (int k = 0; k < blocks; k++) {
+            int o = k * BYTES;
+            float d = Blocks.fp16(b, o);
+            float dmin = Blocks.fp16(b, o + 2);
+            int base = dstOffset + k * QK;
             for (int c = 0; c < 4; c++) {
-                float d1 = d * KQuants.scale(header, 0, 2 * c);
-                float m1 = dmin * KQuants.min(header, 0, 2 * c);
-                float d2 = d * KQuants.scale(header, 0, 2 * c + 1);
-                float m2 = dmin * KQuants.min(header, 0, 2 * c + 1);
-                for (int l = 0; l < 32; l++) {
-                    dst[base + 64 * c + l] = d1 * level(src, o, c, l, false) - m1;
-                    dst[base + 64 * c + 32 + l] = d2 * level(src, o, c, l, true) - m2;
+                float d1 = d * KQuants.scale(b, o, 2 * c);
+                float m1 = dmin * KQuants.min(b, o, 2 * c);
+                float d2 = d * KQuants.scale(b, o, 2 * c + 1);
+                float m2 = dmin * KQuants.min(b, o, 2 * c + 1);
+                for (int l = 0; l < 32; l += KQuants.FLOATS.length()) {
+                    IntVector q = KQuants.widen(b, o + 48 + 32 * c + l);
+                    IntVector h = KQuants.widen(b, o + 16 + l);
+                    IntVector lo = q.and(0x0F)
+                            .or(h.lanewise(VectorOperators.LSHR, 2 * c).and(1).lanewise(VectorOperators.LSHL, 4));
+                    IntVector hi = q.lanewise(VectorOperators.LSHR, 4)
+                            .or(h.lanewise(VectorOperators.LSHR, 2 * c + 1).and(1).lanewise(VectorOperators.LSHL, 4));
+                    ((FloatVector) lo.convert(VectorOperators.I2F, 0)).mul(d1).sub(m1)
+                            .intoArray(dst, base + 64 * c + l);
+                    ((FloatVector) hi.convert(VectorOperators.I2F, 0)).mul(d2).sub(m2)
+                            .intoArray(dst, base + 64 * c + 32 + l);
                 }
             }
         }

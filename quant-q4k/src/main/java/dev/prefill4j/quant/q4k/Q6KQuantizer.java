@@ -5,7 +5,6 @@ import dev.prefill4j.api.spi.Blocks;
 import dev.prefill4j.api.spi.Quantizer;
 import java.lang.foreign.MemorySegment;
 import java.util.OptionalInt;
-import jdk.incubator.vector.ByteVector;
 import jdk.incubator.vector.FloatVector;
 import jdk.incubator.vector.IntVector;
 import jdk.incubator.vector.VectorOperators;
@@ -44,23 +43,18 @@ public final class Q6KQuantizer implements Quantizer {
                 // Bytes widened to int lanes first; the bits are joined there (x86 has no byte shifts).
                 for (int l = 0; l < 32; l += KQuants.FLOATS.length()) {
                     int is = sc + l / 16;
-                    IntVector lo = widen(b, ql + l);
-                    IntVector lo2 = widen(b, ql + l + 32);
-                    IntVector hb = widen(b, qh + l);
+                    IntVector lo = KQuants.widen(b, ql + l);
+                    IntVector lo2 = KQuants.widen(b, ql + l + 32);
+                    IntVector hb = KQuants.widen(b, qh + l);
                     store(lo.and(0x0F).or(hb.and(0x03).lanewise(VectorOperators.LSHL, 4)), d * b[is], dst, y + l);
-                    store(lo2.and(0x0F).or(hb.and(0x0C).lanewise(VectorOperators.LSHL, 2)), d * b[is + 2], dst, y + l + 32);
+                    store(lo2.and(0x0F).or(hb.and(0x0C).lanewise(VectorOperators.LSHL, 2)), d * b[is + 2], dst,
+                            y + l + 32);
                     store(lo.lanewise(VectorOperators.LSHR, 4).or(hb.and(0x30)), d * b[is + 4], dst, y + l + 64);
                     store(lo2.lanewise(VectorOperators.LSHR, 4).or(hb.lanewise(VectorOperators.LSHR, 2).and(0x30)),
                             d * b[is + 6], dst, y + l + 96);
                 }
             }
         }
-    }
-
-    /** {@return bytes {@code b[at..]} zero-extended to int lanes} */
-    private static IntVector widen(byte[] b, int at) {
-        return (IntVector) ByteVector.fromArray(KQuants.BYTES_PER_LANE, b, at)
-                .convertShape(VectorOperators.ZERO_EXTEND_B2I, KQuants.INTS, 0);
     }
 
     /** Levels 0..63 in {@code q}: {@code (q - 32) * scale} as floats at {@code dst[at..]}. */
