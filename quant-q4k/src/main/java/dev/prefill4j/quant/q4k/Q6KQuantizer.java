@@ -62,10 +62,58 @@ public final class Q6KQuantizer implements Quantizer {
         ((FloatVector) q.sub(32).convert(VectorOperators.I2F, 0)).mul(scale).intoArray(dst, at);
     }
 
-    /** Decoded a super-block at a time into L1 and multiplied with vectors ({@link KQuants#dot}). */
+    /**
+     * Fused, for 16 float lanes (elsewhere decoded a super-block at a time, {@link KQuants#dot}): the bits of four
+     * 6-bit levels are joined in int lanes, {@code (q - 32) * x} is scaled by {@code d * scale} of its 16-element group
+     * into one of four running sums. 2.3x the decode-then-dot (DotAB, 2,048 x 2,048, in-process). Written out in one
+     * method on purpose: the same arithmetic through helpers that take and return vectors compiled to boxed vectors
+     * (allocations in the loop, seen in C2's code) and ran at 0.83x.
+     */
     @Override
     public float dot(MemorySegment src, long offset, float[] x, int xOffset, int count) {
-        return KQuants.dot(this, src, offset, x, xOffset, count);
+        if (KQuants.FLOATS.length() != 16) {
+            return KQuants.dot(this, src, offset, x, xOffset, count);
+        }
+        Blocks.checkCount(count, QK, id());
+        int blocks = count / QK;
+        byte[] b = Blocks.stage(src, offset, blocks * BYTES);
+        var sp = KQuants.FLOATS;
+        FloatVector a0 = FloatVector.zero(sp);
+        FloatVector a1 = a0;
+        FloatVector a2 = a0;
+        FloatVector a3 = a0;
+        for (int k = 0; k < blocks; k++) {
+            int o = k * BYTES;
+            float d = Blocks.fp16(b, o + 208);
+            for (int h = 0; h < 2; h++) {
+                int ql = o + 64 * h;
+                int qh = o + 128 + 32 * h;
+                int sc = o + 192 + 8 * h;
+                int y = xOffset + k * QK + 128 * h;
+                for (int l = 0; l < 32; l += 16) {
+                    IntVector lo = KQuants.widen(b, ql + l);
+                    IntVector lo2 = KQuants.widen(b, ql + l + 32);
+                    IntVector hb = KQuants.widen(b, qh + l);
+                    int is = sc + l / 16;
+                    FloatVector q0 = (FloatVector) lo.and(0x0F).or(hb.and(0x03).lanewise(VectorOperators.LSHL, 4))
+                            .sub(32).convert(VectorOperators.I2F, 0);
+                    FloatVector q1 = (FloatVector) lo2.and(0x0F).or(hb.and(0x0C).lanewise(VectorOperators.LSHL, 2))
+                            .sub(32).convert(VectorOperators.I2F, 0);
+                    FloatVector q2 = (FloatVector) lo.lanewise(VectorOperators.LSHR, 4).or(hb.and(0x30))
+                            .sub(32).convert(VectorOperators.I2F, 0);
+                    FloatVector q3 = (FloatVector) lo2.lanewise(VectorOperators.LSHR, 4)
+                            .or(hb.lanewise(VectorOperators.LSHR, 2).and(0x30)).sub(32).convert(VectorOperators.I2F, 0);
+                    a0 = q0.mul(FloatVector.fromArray(sp, x, y + l)).fma(FloatVector.broadcast(sp, d * b[is]), a0);
+                    a1 = q1.mul(FloatVector.fromArray(sp, x, y + l + 32))
+                            .fma(FloatVector.broadcast(sp, d * b[is + 2]), a1);
+                    a2 = q2.mul(FloatVector.fromArray(sp, x, y + l + 64))
+                            .fma(FloatVector.broadcast(sp, d * b[is + 4]), a2);
+                    a3 = q3.mul(FloatVector.fromArray(sp, x, y + l + 96))
+                            .fma(FloatVector.broadcast(sp, d * b[is + 6]), a3);
+                }
+            }
+        }
+        return KQuants.sum(a0.add(a1).add(a2.add(a3)));
     }
 
     @Override
