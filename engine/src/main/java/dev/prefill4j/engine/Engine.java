@@ -201,7 +201,8 @@ public final class Engine implements AutoCloseable {
      *
      * @param model the model
      * @param mode  the activation mode
-     * @throws PrefillException ({@code P4J-MISSING-FORMAT}) if an activation format is not provided by any module
+     * @throws PrefillException ({@code P4J-MISSING-FORMAT}) if an activation format is not provided by any module;
+     *                          ({@code P4J-ARG}) for {@code PER_TOKEN} on a model none of whose weights takes it
      */
     public java.util.Map<Quantizer, Quantizer> activationFormats(LlamaModel model, SessionOptions.Activations mode) {
         java.util.Map<Quantizer, Quantizer> map = new java.util.HashMap<>();
@@ -218,6 +219,11 @@ public final class Engine implements AutoCloseable {
                             + "format '" + id + "', which"))
                     .orElseGet(() -> new PrefillException(PrefillException.Code.MISSING_FORMAT, "quantized activations for "
                             + w.id() + " weights use format '" + id + "', which no module on the path provides"))));
+        }
+        if (mode == SessionOptions.Activations.PER_TOKEN && map.isEmpty()) {
+            throw new PrefillException(PrefillException.Code.ARGUMENT, "per-token activations apply to weights made for "
+                    + "them (ternary: tq1_0, tq2_0), and this model's weights are " + model.weightFormats().stream()
+                    .map(Quantizer::id).sorted().distinct().toList() + "; use --activations f32 or quantized");
         }
         return map;
     }

@@ -222,6 +222,17 @@ class RealModelTest {
     }
 
 
+    /** Per-token activations on a model without ternary weights would silently be float32: refused, with the reason. */
+    @Test
+    void perTokenActivationsOnAModelWithoutTernaryWeightsAreRefused() {
+        try (LlamaModel m = engine.load(Models.require("tiny-256-Q4_0.gguf"))) {
+            PrefillException e = assertThrows(PrefillException.class, () -> engine.newSession(m,
+                    SessionOptions.defaults().withActivations(SessionOptions.Activations.PER_TOKEN)).close());
+            assertEquals(PrefillException.Code.ARGUMENT, e.code());
+            assertTrue(e.getMessage().contains("ternary") && e.getMessage().contains("q4_0"), e.getMessage());
+        }
+    }
+
     /** TQ1_0 and TQ2_0 store the same trits and scales, so their logits are bit-identical in every mode. */
     @Test
     void tq1_0AndTq2_0GiveBitIdenticalLogits() {
