@@ -53,6 +53,7 @@ public final class Session implements AutoCloseable {
     private final float[] v;
     private final float[] att;
     private final float[] gate;
+    /** The up projection, for quantized activations only ({@code null} otherwise). */
     private final float[] up;
     /** Weight format -> the format its input activations are rounded to; empty for float32 activations. */
     private final Map<Quantizer, Quantizer> activationFormats;
@@ -77,7 +78,8 @@ public final class Session implements AutoCloseable {
         this.v = new float[chunk * c.kvDim()];
         this.att = new float[chunk * c.qDim()];
         this.gate = new float[chunk * c.ffnDim()];
-        this.up = new float[chunk * c.ffnDim()];
+        // Only quantized activations write the up projection out; float32 ones get SwiGLU in the GEMM's epilogue.
+        this.up = activationFormats.isEmpty() ? null : new float[chunk * c.ffnDim()];
         this.activationFormats = Map.copyOf(activationFormats);
         int widest = Math.max(Math.max(c.dim(), c.qDim()), c.ffnDim());
         boolean decodes = activationFormats.keySet().stream().anyMatch(w -> !w.hasEncodedDot());
@@ -460,8 +462,12 @@ public final class Session implements AutoCloseable {
             project(att, n, new WeightMatrix[] {w.wo()}, xb);
             addInPlace(x, xb, n * dim);
             device.rmsNorm(x, n, w.ffnNorm(), c.rmsEps(), xb);
-            project(xb, n, new WeightMatrix[] {w.gate(), w.up()}, gate, up);
-            device.swiglu(gate, up, n * c.ffnDim());
+            if (activationFormats.containsKey(w.gate().format()) || activationFormats.containsKey(w.up().format())) {
+                project(xb, n, new WeightMatrix[] {w.gate(), w.up()}, gate, up);
+                device.swiglu(gate, up, n * c.ffnDim());
+            } else {
+                device.matmulSwiGLU(w.gate(), w.up(), xb, n, gate); // SwiGLU in the GEMM's epilogue: no up tensor
+            }
             project(gate, n, new WeightMatrix[] {w.down()}, xb);
             addInPlace(x, xb, n * dim);
             checkFinite(x, n, dim, "output of layer " + l, pos);

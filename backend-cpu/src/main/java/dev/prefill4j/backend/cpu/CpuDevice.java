@@ -41,6 +41,8 @@ final class CpuDevice implements ComputeDevice {
     /** Elements per SwiGLU task. */
     private static final int SWIGLU_CHUNK = 8192;
     private final ThreadLocal<float[]> tileBuffer = new ThreadLocal<>();
+    /** Per thread: the up product of a panel, for SwiGLU in the GEMM's epilogue. */
+    private final ThreadLocal<float[]> epilogueBuffer = new ThreadLocal<>();
 
     CpuDevice(int threads) {
         this.threads = threads;
@@ -227,54 +229,121 @@ final class CpuDevice implements ComputeDevice {
      */
     private void matmulPanels(WeightMatrix w, float[] x, int rows, float[] out, int panel) {
         int n = w.rows();
+        PanelPlan plan = new PanelPlan(w, panel);
+        parallelFor(n / panel, pi -> panelProduct(w, plan, x, rows, pi * panel, out, pi * panel, n));
+    }
+
+    /**
+     * How {@link #panelProduct} walks K: slices of {@link #PANEL_SLICE_FLOATS} floats of transposed panel (whole
+     * quantization blocks), and where each of a vector's rows starts in the buffer it is decoded into.
+     */
+    private record PanelPlan(int panel, int slice, int width, int[] rowStarts) {
+        PanelPlan(WeightMatrix w, int panel) {
+            this(panel, Math.max(w.format().blockSize(), PANEL_SLICE_FLOATS / panel / w.format().blockSize()
+                    * w.format().blockSize()), w.cols());
+        }
+
+        private PanelPlan(int panel, int slice, int k) {
+            this(panel, slice, Math.min(slice, k), rowStarts(Math.min(slice, k)));
+        }
+
+        private static int[] rowStarts(int width) {
+            int[] starts = new int[VectorOps.FLOATS.length()];
+            for (int i = 0; i < starts.length; i++) {
+                starts[i] = i * width;
+            }
+            return starts;
+        }
+    }
+
+    /**
+     * One panel of the prefill GEMM: {@code out[oo + r * outStride + i] = x[r] . w[o0 + i]} for {@code i < panel},
+     * {@code r < rows}.
+     */
+    private void panelProduct(WeightMatrix w, PanelPlan plan, float[] x, int rows, int o0, float[] out, int oo,
+            int outStride) {
         int k = w.cols();
         long rowBytes = w.rowBytes();
-        int panels = n / panel;
+        int panel = plan.panel();
         int lanes = VectorOps.FLOATS.length();
-        int block = w.format().blockSize();
-        int slice = Math.max(block, PANEL_SLICE_FLOATS / panel / block * block);
-        int width = Math.min(slice, k);
-        int[] rowStarts = new int[lanes];
-        for (int i = 0; i < lanes; i++) {
-            rowStarts[i] = i * width;
+        int width = plan.width();
+        float[] rowBuf = buffer(lanes * width + panel * width);
+        int wt = lanes * width; // the transposed panel follows the rows being transposed
+        // The panel is built and used a slice of K at a time, small enough to stay in L2 while every group of rows
+        // runs over it; a kernel after the first slice continues the FMA chains from the sums it left in out, so
+        // the order (and the bits) of each output's accumulation is that of one pass over K.
+        for (int t0 = 0; t0 < k; t0 += plan.slice()) {
+            int len = Math.min(plan.slice(), k - t0);
+            long from = w.format().byteSize(t0);
+            // A vector of rows at a time: decoded, then gathered a column at a time into the panel, one vector
+            // store per column where a scalar store per element took a tenth of pp512 (1.09-1.25x faster GEMM).
+            for (int i0 = 0; i0 < panel; i0 += lanes) {
+                for (int i = 0; i < lanes; i++) {
+                    w.format().decode(w.data(), rowBytes * (o0 + i0 + i) + from, rowBuf, i * width, len);
+                }
+                for (int t = 0; t < len; t++) {
+                    FloatVector.fromArray(VectorOps.FLOATS, rowBuf, t, plan.rowStarts(), 0)
+                            .intoArray(rowBuf, wt + t * panel + i0);
+                }
+            }
+            int r = 0;
+            for (; r + 6 <= rows; r += 6) {
+                VectorOps.kernel6x4(rowBuf, wt, len, x, r * k + t0, k, out, oo + r * outStride, outStride, t0 > 0);
+            }
+            for (; r < rows; r++) {
+                VectorOps.kernel1x4(rowBuf, wt, len, x, r * k + t0, out, oo + r * outStride, t0 > 0);
+            }
         }
-        parallelFor(panels, pi -> {
+    }
+
+    /**
+     * Gate and up in one pass over the outputs. Prefill: each task runs its gate panel into {@code out}, the same
+     * outputs' up panel into a {@code [rows][panel]} tile of its own (128 KiB for 512 rows, in L2), and applies
+     * SwiGLU from the tile; decode steps: both fused dots of an output, then SwiGLU. Each product is accumulated as
+     * {@link #matmul} accumulates it, so the result has the bits of {@code matmul, matmul, swiglu}.
+     */
+    @Override
+    public void matmulSwiGLU(WeightMatrix gate, WeightMatrix up, float[] x, int rows, float[] out) {
+        int n = gate.rows();
+        int k = gate.cols();
+        int panel = 4 * VectorOps.FLOATS.length();
+        if (up.rows() != n || up.cols() != k || !(rows <= DOT_MAX_ROWS || rows >= 6 && n % panel == 0)) {
+            ComputeDevice.super.matmulSwiGLU(gate, up, x, rows, out);
+            return;
+        }
+        if (rows <= DOT_MAX_ROWS) {
+            eachOutput(n, o -> {
+                for (int r = 0; r < rows; r++) {
+                    float g = gate.format().dot(gate.data(), gate.rowBytes() * o, x, r * k, k);
+                    float u = up.format().dot(up.data(), up.rowBytes() * o, x, r * k, k);
+                    out[r * n + o] = VectorOps.swiglu(g, u);
+                }
+            });
+            return;
+        }
+        PanelPlan gatePlan = new PanelPlan(gate, panel);
+        PanelPlan upPlan = new PanelPlan(up, panel);
+        parallelFor(n / panel, pi -> {
             int o0 = pi * panel;
-            float[] rowBuf = buffer(lanes * width + panel * width);
-            int wt = lanes * width; // the transposed panel follows the rows being transposed
-            // The panel is built and used a slice of K at a time, small enough to stay in L2 while every group of rows
-            // runs over it; a kernel after the first slice continues the FMA chains from the sums it left in out, so
-            // the order (and the bits) of each output's accumulation is that of one pass over K.
-            for (int t0 = 0; t0 < k; t0 += slice) {
-                int len = Math.min(slice, k - t0);
-                long from = w.format().byteSize(t0);
-                // A vector of rows at a time: decoded, then gathered a column at a time into the panel, one vector
-                // store per column where a scalar store per element took a tenth of pp512 (1.09-1.25x faster GEMM).
-                for (int i0 = 0; i0 < panel; i0 += lanes) {
-                    for (int i = 0; i < lanes; i++) {
-                        w.format().decode(w.data(), rowBytes * (o0 + i0 + i) + from, rowBuf, i * width, len);
-                    }
-                    for (int t = 0; t < len; t++) {
-                        FloatVector.fromArray(VectorOps.FLOATS, rowBuf, t, rowStarts, 0)
-                                .intoArray(rowBuf, wt + t * panel + i0);
-                    }
-                }
-                int r = 0;
-                for (; r + 6 <= rows; r += 6) {
-                    VectorOps.kernel6x4(rowBuf, wt, len, x, r * k + t0, k, out, r * n + o0, n, t0 > 0);
-                }
-                for (; r < rows; r++) {
-                    VectorOps.kernel1x4(rowBuf, wt, len, x, r * k + t0, out, r * n + o0, t0 > 0);
-                }
+            float[] tile = buffer(epilogueBuffer, rows * panel);
+            panelProduct(gate, gatePlan, x, rows, o0, out, o0, n);
+            panelProduct(up, upPlan, x, rows, o0, tile, 0, panel);
+            for (int r = 0; r < rows; r++) {
+                VectorOps.swiglu(out, r * n + o0, tile, r * panel, panel);
             }
         });
     }
 
     private float[] buffer(int size) {
-        float[] b = tileBuffer.get();
+        return buffer(tileBuffer, size);
+    }
+
+    /** {@return this thread's buffer of {@code perThread}, grown to at least {@code size} floats} */
+    private static float[] buffer(ThreadLocal<float[]> perThread, int size) {
+        float[] b = perThread.get();
         if (b == null || b.length < size) {
             b = new float[size];
-            tileBuffer.set(b);
+            perThread.set(b);
         }
         return b;
     }
@@ -325,7 +394,8 @@ final class CpuDevice implements ComputeDevice {
     @Override
     public void swiglu(float[] gate, float[] up, int n) {
         int tasks = (n + SWIGLU_CHUNK - 1) / SWIGLU_CHUNK;
-        parallelFor(tasks, t -> VectorOps.swiglu(gate, up, t * SWIGLU_CHUNK, Math.min(n, (t + 1) * SWIGLU_CHUNK)));
+        parallelFor(tasks, t -> VectorOps.swiglu(gate, t * SWIGLU_CHUNK, up, t * SWIGLU_CHUNK,
+                Math.min(n, (t + 1) * SWIGLU_CHUNK) - t * SWIGLU_CHUNK));
     }
 
     @Override

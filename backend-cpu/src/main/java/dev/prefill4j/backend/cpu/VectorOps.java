@@ -51,28 +51,34 @@ final class VectorOps {
             VectorSpecies.of(float.class, VectorShape.forBitSize(DOUBLES.length() * 32));
 
     /**
-     * {@code gate[i] = silu(gate[i]) * up[i]} for {@code i} in {@code [from, to)}: {@code silu(g) = g / (1 + e^-g)}
+     * {@code gate[go + i] = silu(gate[go + i]) * up[uo + i]} for {@code i < n}: {@code silu(g) = g / (1 + e^-g)}
      * computed in double and rounded to float once, as the scalar {@code StrictMath.exp} version it replaces did
      * (quantized activations round this value to int8, so a last-bit difference shows in the logits): with
      * {@code z = e^-|g| <= 1} (so {@link ExpOps#exp2(DoubleVector)} stays in its domain), {@code g / (1 + z)} for
-     * {@code g >= 0} and {@code g z / (1 + z)} below. Vector lanes and the scalar tail do the same operations.
+     * {@code g >= 0} and {@code g z / (1 + z)} below. Vector lanes and the scalar tail ({@link #swiglu(float, float)})
+     * do the same operations, so a value does not depend on where it falls.
      */
-    static void swiglu(float[] gate, float[] up, int from, int to) {
-        int i = from;
-        for (int bound = from + DOUBLES.loopBound(to - from); i < bound; i += DOUBLES.length()) {
-            DoubleVector g = (DoubleVector) FloatVector.fromArray(FLOATS_PER_DOUBLES, gate, i)
+    static void swiglu(float[] gate, int go, float[] up, int uo, int n) {
+        int i = 0;
+        for (int bound = DOUBLES.loopBound(n); i < bound; i += DOUBLES.length()) {
+            DoubleVector g = (DoubleVector) FloatVector.fromArray(FLOATS_PER_DOUBLES, gate, go + i)
                     .convertShape(VectorOperators.F2D, DOUBLES, 0);
             DoubleVector z = ExpOps.exp2(g.abs().mul(-ExpOps.LOG2E_D));
             DoubleVector num = z.blend(1.0, g.compare(VectorOperators.GE, 0.0));
             ((FloatVector) g.mul(num).div(z.add(1.0)).convertShape(VectorOperators.D2F, FLOATS_PER_DOUBLES, 0))
-                    .mul(FloatVector.fromArray(FLOATS_PER_DOUBLES, up, i)).intoArray(gate, i);
+                    .mul(FloatVector.fromArray(FLOATS_PER_DOUBLES, up, uo + i)).intoArray(gate, go + i);
         }
-        for (; i < to; i++) {
-            double g = gate[i];
-            double z = ExpOps.exp2(Math.abs(g) * -ExpOps.LOG2E_D);
-            double num = g >= 0 ? 1.0 : z;
-            gate[i] = (float) (g * num / (z + 1.0)) * up[i];
+        for (; i < n; i++) {
+            gate[go + i] = swiglu(gate[go + i], up[uo + i]);
         }
+    }
+
+    /** {@return silu(g) * u}: the lane arithmetic of {@link #swiglu(float[], int, float[], int, int)}, one value. */
+    static float swiglu(float gate, float up) {
+        double g = gate;
+        double z = ExpOps.exp2(Math.abs(g) * -ExpOps.LOG2E_D);
+        double num = g >= 0 ? 1.0 : z;
+        return (float) (g * num / (z + 1.0)) * up;
     }
 
     /**

@@ -89,6 +89,55 @@ class CpuKernelsTest {
         }
     }
 
+    /**
+     * Gate/up with SwiGLU in the epilogue, on shapes that take each of its paths (dots for 1-3 rows, panels for six
+     * or more rows and outputs a multiple of the panel, including K past one slice, and the unfused fallback): against
+     * FP64 ({@code silu(g) * u} of FP64 dot products; tolerance: the products' 1e-5 bound of
+     * {@link #matmulMatchesFp64} carried through, silu's slope being at most 1.1), and bit for bit against
+     * {@code matmul} of each matrix followed by {@code swiglu} on the same device.
+     */
+    @ParameterizedTest
+    @CsvSource({"1,64,172,2", "3,37,100,2", "5,64,64,2", "13,128,172,2", "6,64,33,1", "13,64,4500,2", "7,37,64,2"})
+    void matmulSwiGLUIsMatmulsThenSwiGLU(int rows, int n, int k, int threads) {
+        SplittableRandom rnd = new SplittableRandom(rows * 13L + n * 5L + k);
+        float[] g = random(rnd, n * k);
+        float[] u = random(rnd, n * k);
+        float[] x = random(rnd, rows * k);
+        MemorySegment gd = Arena.ofAuto().allocate(4L * n * k);
+        MemorySegment ud = Arena.ofAuto().allocate(4L * n * k);
+        MemorySegment.copy(g, 0, gd, F32, 0, g.length);
+        MemorySegment.copy(u, 0, ud, F32, 0, u.length);
+        WeightMatrix gate = new WeightMatrix("gate", new TestF32(), gd, n, k);
+        WeightMatrix up = new WeightMatrix("up", new TestF32(), ud, n, k);
+        float[] fused = new float[rows * n];
+        float[] separate = new float[rows * n];
+        float[] upOut = new float[rows * n];
+        Arrays.fill(fused, Float.NaN);
+        try (ComputeDevice d = new CpuBackend().create(new BackendContext(threads))) {
+            d.matmulSwiGLU(gate, up, x, rows, fused);
+            d.matmul(gate, x, rows, separate);
+            d.matmul(up, x, rows, upOut);
+            d.swiglu(separate, upOut, rows * n);
+        }
+        for (int r = 0; r < rows; r++) {
+            for (int o = 0; o < n; o++) {
+                double eg = 0, eu = 0, mg = 0, mu = 0;
+                for (int i = 0; i < k; i++) {
+                    eg += (double) g[o * k + i] * x[r * k + i];
+                    eu += (double) u[o * k + i] * x[r * k + i];
+                    mg += Math.abs((double) g[o * k + i] * x[r * k + i]);
+                    mu += Math.abs((double) u[o * k + i] * x[r * k + i]);
+                }
+                double silu = eg / (1 + Math.exp(-eg));
+                double tol = 1e-5 * (1.1 * mg * Math.abs(eu) + Math.abs(silu) * mu) + 1e-30;
+                int i = r * n + o;
+                assertEquals(silu * eu, fused[i], tol, "row " + r + " out " + o);
+                assertEquals(Float.floatToRawIntBits(separate[i]), Float.floatToRawIntBits(fused[i]),
+                        "row " + r + " out " + o + ": " + fused[i] + " fused vs " + separate[i]);
+            }
+        }
+    }
+
     /** The exact variant: the FP64 dot product rounded once, so within one float ulp of the FP64 value. */
     @ParameterizedTest
     @CsvSource({"1,5,64,2", "13,37,172,2", "6,9,31,1"})

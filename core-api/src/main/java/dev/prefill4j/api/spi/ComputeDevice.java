@@ -101,6 +101,30 @@ public interface ComputeDevice extends AutoCloseable {
     void swiglu(float[] gate, float[] up, int n);
 
     /**
+     * The feed-forward input projection: {@code out[r][o] = silu(x[r] . gate[o]) * (x[r] . up[o])}, with the same
+     * values as {@link #matmul} of each matrix followed by {@link #swiglu}. Devices override it to apply SwiGLU in the
+     * GEMM's epilogue, so that the gate and up products are never written out as two {@code [rows][ffn]} tensors; the
+     * default does exactly that, with a temporary for the up product.
+     *
+     * @param gate gate weights {@code [ffn][cols]}
+     * @param up   up weights, the same shape as {@code gate}
+     * @param x    activations {@code [rows][cols]}
+     * @param rows activation rows
+     * @param out  results {@code [rows][ffn]}
+     * @throws IllegalArgumentException if the two matrices differ in shape
+     */
+    default void matmulSwiGLU(WeightMatrix gate, WeightMatrix up, float[] x, int rows, float[] out) {
+        if (gate.rows() != up.rows() || gate.cols() != up.cols()) {
+            throw new IllegalArgumentException("gate " + gate.rows() + "x" + gate.cols() + " and up " + up.rows() + "x"
+                    + up.cols() + " differ in shape");
+        }
+        float[] u = new float[rows * up.rows()];
+        matmul(gate, x, rows, out);
+        matmul(up, x, rows, u);
+        swiglu(out, u, rows * gate.rows());
+    }
+
+    /**
      * Runs {@code task.accept(i)} for {@code i < tasks} on the device's worker threads and returns when all
      * have finished. Attention kernels use it to share the device's threads.
      *
