@@ -66,7 +66,8 @@ public final class Q4KQuantizer implements Quantizer {
      * {@code d * scale * sum(q x) - dmin * min * sum(x)} into four accumulators (one per term, so no chain of
      * dependent FMAs), whose lanes are added in a fixed order. The row is staged once. Against decoding each
      * super-block to L1 and multiplying ({@link KQuants#dot}, still used by Q5_K and Q6_K): 1.8-1.9x per 2,048-element
-     * row in-process, and tg16 on the synthetic 1B geometry 2.5-2.7 -> 5.4-5.8 tok/s.
+     * row in-process, and tg16 on the synthetic 1B geometry 2.5-2.7 -> 5.4-5.8 tok/s. The eight scales and mins of a
+     * super-block are unpacked together first ({@link KQuants#scalesAndMins}).
      */
     @Override
     public float dot(MemorySegment src, long offset, float[] x, int xOffset, int count) {
@@ -75,10 +76,10 @@ public final class Q4KQuantizer implements Quantizer {
         byte[] b = Blocks.stage(src, offset, blocks * BYTES);
         var sp = KQuants.FLOATS;
         FloatVector a1 = FloatVector.zero(sp), a2 = a1, a3 = a1, a4 = a1;
+        float[] sm = KQuants.SCALES_AND_MINS.get();
         for (int k = 0; k < blocks; k++) {
             int o = k * BYTES;
-            float d = Blocks.fp16(b, o);
-            float dmin = Blocks.fp16(b, o + 2);
+            KQuants.scalesAndMins(b, o, sm);
             int base = xOffset + k * QK;
             for (int c = 0; c < 4; c++) {
                 int q = o + 16 + 32 * c;
@@ -95,10 +96,10 @@ public final class Q4KQuantizer implements Quantizer {
                     sx1 = sx1.add(x1);
                     sx2 = sx2.add(x2);
                 }
-                a1 = qx1.fma(FloatVector.broadcast(sp, d * KQuants.scale(b, o, 2 * c)), a1);
-                a2 = sx1.fma(FloatVector.broadcast(sp, -dmin * KQuants.min(b, o, 2 * c)), a2);
-                a3 = qx2.fma(FloatVector.broadcast(sp, d * KQuants.scale(b, o, 2 * c + 1)), a3);
-                a4 = sx2.fma(FloatVector.broadcast(sp, -dmin * KQuants.min(b, o, 2 * c + 1)), a4);
+                a1 = qx1.fma(FloatVector.broadcast(sp, sm[2 * c]), a1);
+                a2 = sx1.fma(FloatVector.broadcast(sp, sm[8 + 2 * c]), a2);
+                a3 = qx2.fma(FloatVector.broadcast(sp, sm[2 * c + 1]), a3);
+                a4 = sx2.fma(FloatVector.broadcast(sp, sm[8 + 2 * c + 1]), a4);
             }
         }
         return KQuants.sum(a1.add(a3).add(a2.add(a4)));

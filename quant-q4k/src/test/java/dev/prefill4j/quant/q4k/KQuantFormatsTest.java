@@ -67,4 +67,30 @@ class KQuantFormatsTest {
         assertEquals(List.of("cpu"), QuantizerTestKit.verify(new Q6KQuantizer(), new QuantizerTestKit.Tolerance(0.03, 1e-5)));
         assertEquals(List.of("cpu"), QuantizerTestKit.verify(new Q8KQuantizer(), new QuantizerTestKit.Tolerance(0.004, 1e-5)));
     }
+
+    /**
+     * The vector unpacking of a super-block's eight 6-bit scales and mins against the scalar one ({@code scale},
+     * {@code min}), bit for bit, on random bytes (every bit pattern of the 12 packed bytes reachable) and random
+     * {@code d}/{@code dmin}.
+     */
+    @Test
+    void scalesAndMinsMatchTheScalarUnpacking() {
+        java.util.SplittableRandom rnd = new java.util.SplittableRandom(11);
+        byte[] b = new byte[144];
+        float[] out = new float[16];
+        for (int trial = 0; trial < 2000; trial++) {
+            for (int i = 0; i < 16; i++) {
+                b[i] = (byte) rnd.nextInt(256);
+            }
+            b[1] &= 0x3B; // keep d and dmin finite
+            b[3] &= 0x3B;
+            KQuants.scalesAndMins(b, 0, out);
+            float d = Blocks.fp16(b, 0);
+            float dmin = Blocks.fp16(b, 2);
+            for (int j = 0; j < 8; j++) {
+                assertEquals(d * KQuants.scale(b, 0, j), out[j], 0f, "scale " + j);
+                assertEquals(-dmin * KQuants.min(b, 0, j), out[8 + j], 0f, "min " + j);
+            }
+        }
+    }
 }
