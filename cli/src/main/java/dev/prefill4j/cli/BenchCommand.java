@@ -100,6 +100,8 @@ final class BenchCommand implements Callable<Integer> {
         Map<String, Object> machine = new LinkedHashMap<>();
         String verification;
         long peakRssBeforeCalibration;
+        long modelBytes;
+        long largestKvBytes = 0;
         try (Engine e = engine.openEngine(); LlamaModel model = engine.loadModel(e)) {
             LlamaConfig c = model.config();
             SessionOptions base = engine.sessionOptions(0);
@@ -125,7 +127,9 @@ final class BenchCommand implements Callable<Integer> {
                 for (int r = -1; r < reps; r++) {
                     System.err.printf("\rbench %s: %s %d/%d ", test, r < 0 ? "warm-up" : "run", Math.max(0, r + 1), reps);
                     int[] ids = new SplittableRandom(42 + r).ints(n, 3, c.vocab()).toArray();
-                    try (Session s = e.newSession(model, base.withContextLength(Math.min(c.contextLength(), Math.max(n + 1, 512))))) {
+                    int ctx = Math.min(c.contextLength(), Math.max(n + 1, 512));
+                    largestKvBytes = Math.max(largestKvBytes, (long) c.layers() * 2 * ctx * base.kvType().rowBytes(c.kvDim()));
+                    try (Session s = e.newSession(model, base.withContextLength(ctx))) {
                         long t0 = System.nanoTime();
                         if (pp) {
                             s.prefill(ids, false);
@@ -180,6 +184,7 @@ final class BenchCommand implements Callable<Integer> {
             // Calibrated after the timed runs, when the JIT's compiler threads no longer compete for the cores.
             System.err.print("measuring FP32 FMA peak and read bandwidth...");
             peakRssBeforeCalibration = peakResidentBytes();
+            modelBytes = modelFileBytes(model);
             double peak = e.device().measurePeakGflops();
             double bandwidth = e.device().measureReadBandwidth();
             System.err.print("\r" + " ".repeat(50) + "\r");
@@ -240,17 +245,26 @@ final class BenchCommand implements Callable<Integer> {
         // Read before the calibration buffers were allocated: the peak of loading and running the model.
         long peakRss = peakRssBeforeCalibration;
         String rssNote = "model load and runs, before calibration";
+        // The aim for peak memory: the model (its file, or its weights when synthetic) plus the largest KV cache of the
+        // pp/tg tests, plus 15%.
+        long budget = (long) ((modelBytes + largestKvBytes) * 1.15);
         if (json) {
             Map<String, Object> doc = new LinkedHashMap<>();
             doc.put("machine", machine);
             doc.put("results", results);
             doc.put("peak_resident_bytes", peakRss);
             doc.put("peak_resident_note", rssNote);
+            doc.put("model_bytes", modelBytes);
+            doc.put("kv_cache_bytes", largestKvBytes);
+            doc.put("resident_budget_bytes", budget);
             doc.put("verification", verification);
             System.out.print(Json.write(doc));
         } else {
             System.out.println(peakRss < 0 ? "peak resident memory: unknown (no /proc/self/status)"
-                    : String.format(Locale.ROOT, "peak resident memory: %.1f MiB (%s)", peakRss / 1048576.0, rssNote));
+                    : String.format(Locale.ROOT, "peak resident memory: %.1f MiB (%s); model %.1f MiB + KV cache %.1f MiB "
+                            + "+ 15%% = %.1f MiB: %s", peakRss / 1048576.0, rssNote, modelBytes / 1048576.0,
+                            largestKvBytes / 1048576.0, budget / 1048576.0, peakRss <= budget ? "within"
+                                    : String.format(Locale.ROOT, "%.0f%% over", 100.0 * peakRss / budget - 100)));
             System.out.println("verification: " + verification);
         }
         return 0;
@@ -397,6 +411,18 @@ final class BenchCommand implements Callable<Integer> {
         Arrays.sort(sorted);
         int n = sorted.length;
         return n % 2 == 1 ? sorted[n / 2] : (sorted[n / 2 - 1] + sorted[n / 2]) / 2;
+    }
+
+    /** {@return the size of the model's file, or its weights' bytes when it has no file (synthetic)} */
+    private static long modelFileBytes(LlamaModel model) {
+        if (!model.synthetic()) {
+            try {
+                return Files.size(Path.of(model.source()));
+            } catch (IOException | java.nio.file.InvalidPathException ex) {
+                // a llama2c checkpoint or a directory: fall back to the weights
+            }
+        }
+        return model.weightBytes();
     }
 
     /** {@return the process's peak resident set (VmHWM) in bytes, or -1 where /proc is not available} */
