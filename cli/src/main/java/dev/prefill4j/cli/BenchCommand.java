@@ -124,11 +124,18 @@ final class BenchCommand implements Callable<Integer> {
                 boolean pp = test.startsWith("pp");
                 int n = Integer.parseInt(test.substring(2));
                 double[] tps = new double[reps];
+                // The FMA peak is measured right before every timed run as well: this machine's speed can drift by
+                // tens of percent between the runs and a calibration at the end, so each run is compared with the peak
+                // of its own moment and the median of those ratios is reported.
+                double[] peaks = new double[reps];
                 for (int r = -1; r < reps; r++) {
                     System.err.printf("\rbench %s: %s %d/%d ", test, r < 0 ? "warm-up" : "run", Math.max(0, r + 1), reps);
                     int[] ids = new SplittableRandom(42 + r).ints(n, 3, c.vocab()).toArray();
                     int ctx = Math.min(c.contextLength(), Math.max(n + 1, 512));
                     largestKvBytes = Math.max(largestKvBytes, (long) c.layers() * 2 * ctx * base.kvType().rowBytes(c.kvDim()));
+                    if (r >= 0) {
+                        peaks[r] = e.device().measurePeakGflops();
+                    }
                     try (Session s = e.newSession(model, base.withContextLength(ctx))) {
                         long t0 = System.nanoTime();
                         if (pp) {
@@ -166,6 +173,12 @@ final class BenchCommand implements Callable<Integer> {
                 row.put("tokens_per_s_median", median);
                 row.put("samples", tps);
                 row.put("gflops", gflops);
+                double[] ofPeak = new double[reps];
+                for (int r = 0; r < reps; r++) {
+                    ofPeak[r] = 100 * flops * tps[r] / n / 1e9 / peaks[r];
+                }
+                row.put("fma_peak_gflops_at_runs", peaks);
+                row.put("percent_of_fma_peak_at_runs", median(ofPeak));
                 if (!pp) {
                     long kvBytes = (long) c.layers() * 2 * n * base.kvType().rowBytes(c.kvDim());
                     double perToken = model.bytesPerToken() + kvBytes / 2.0;
@@ -208,6 +221,13 @@ final class BenchCommand implements Callable<Integer> {
                             row.get("test"), (double) row.get("tokens_per_s_mean"), (double) row.get("tokens_per_s_sd"),
                             (double) row.get("tokens_per_s_median"), (double) row.get("gflops"),
                             (double) row.get("percent_of_fma_peak"));
+                    if (row.containsKey("percent_of_fma_peak_at_runs")) {
+                        double[] at = (double[]) row.get("fma_peak_gflops_at_runs");
+                        System.out.printf(Locale.ROOT, "  %s: %.1f%% of the FMA peak measured right before each run "
+                                + "(median; peaks %.0f-%.0f GFLOP/s)%n", row.get("test"),
+                                (double) row.get("percent_of_fma_peak_at_runs"), Arrays.stream(at).min().orElse(0),
+                                Arrays.stream(at).max().orElse(0));
+                    }
                     if (row.containsKey("read_gb_s")) {
                         System.out.printf(Locale.ROOT, "  %s: %.1f MB read per token (weights + mean KV), %.1f GB/s = %.0f%% of read bandwidth%n",
                                 row.get("test"), (double) row.get("bytes_per_token") / 1e6, (double) row.get("read_gb_s"),
