@@ -128,11 +128,11 @@ final class BenchCommand implements Callable<Integer> {
                 // tens of percent between the runs and a calibration at the end, so each run is compared with the peak
                 // of its own moment and the median of those ratios is reported.
                 double[] peaks = new double[reps];
+                int ctx = Math.min(c.contextLength(), Math.max(n + 1, 512));
+                largestKvBytes = Math.max(largestKvBytes, (long) c.layers() * 2 * ctx * base.kvType().rowBytes(c.kvDim()));
                 for (int r = -1; r < reps; r++) {
                     System.err.printf("\rbench %s: %s %d/%d ", test, r < 0 ? "warm-up" : "run", Math.max(0, r + 1), reps);
                     int[] ids = new SplittableRandom(42 + r).ints(n, 3, c.vocab()).toArray();
-                    int ctx = Math.min(c.contextLength(), Math.max(n + 1, 512));
-                    largestKvBytes = Math.max(largestKvBytes, (long) c.layers() * 2 * ctx * base.kvType().rowBytes(c.kvDim()));
                     if (r >= 0) {
                         peaks[r] = e.device().measurePeakGflops();
                     }

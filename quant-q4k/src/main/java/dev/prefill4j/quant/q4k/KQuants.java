@@ -91,7 +91,7 @@ final class KQuants {
         return v.add(v.rearrange(X1)).lane(0);
     }
 
-    /** Per-thread buffer for {@link #scalesAndMins}. */
+    /** Per-thread buffer for {@link #scalesAndMins} (the Q4_K and Q5_K decoders and the Q4_K dot). */
     static final ThreadLocal<float[]> SCALES_AND_MINS = ThreadLocal.withInitial(() -> new float[16]);
     /** Lanes 0-7 scales, 8-15 mins: where each lane's low bits are, in the 16 bytes from a super-block's start. */
     private static final VectorShuffle<Integer> LOW_BITS = VectorShuffle.fromValues(IntVector.SPECIES_512,

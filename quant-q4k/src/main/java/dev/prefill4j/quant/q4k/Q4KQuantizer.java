@@ -36,25 +36,25 @@ public final class Q4KQuantizer implements Quantizer {
         Blocks.checkCount(count, QK, id());
         int blocks = count / QK;
         byte[] b = Blocks.stage(src, offset, blocks * BYTES);
+        float[] sm = KQuants.SCALES_AND_MINS.get();
         for (int k = 0; k < blocks; k++) {
             int o = k * BYTES;
-            float d = Blocks.fp16(b, o);
-            float dmin = Blocks.fp16(b, o + 2);
+            KQuants.scalesAndMins(b, o, sm); // d * scale, and -dmin * min: adding it is subtracting dmin * min
             int base = dstOffset + k * QK;
             for (int c = 0; c < 4; c++) {
-                float d1 = d * KQuants.scale(b, o, 2 * c);
-                float m1 = dmin * KQuants.min(b, o, 2 * c);
-                float d2 = d * KQuants.scale(b, o, 2 * c + 1);
-                float m2 = dmin * KQuants.min(b, o, 2 * c + 1);
+                float d1 = sm[2 * c];
+                float m1 = sm[8 + 2 * c];
+                float d2 = sm[2 * c + 1];
+                float m2 = sm[8 + 2 * c + 1];
                 int q = o + 16 + 32 * c;
                 int y = base + 64 * c;
                 for (int l = 0; l < 32; l += KQuants.FLOATS.length()) {
                     // Widened to ints first, as in dot: cheaper than splitting and converting bytes.
                     IntVector v = (IntVector) ByteVector.fromArray(KQuants.BYTES_PER_LANE, b, q + l)
                             .convertShape(VectorOperators.ZERO_EXTEND_B2I, KQuants.INTS, 0);
-                    ((FloatVector) v.and(0x0F).convert(VectorOperators.I2F, 0)).mul(d1).sub(m1).intoArray(dst, y + l);
+                    ((FloatVector) v.and(0x0F).convert(VectorOperators.I2F, 0)).mul(d1).add(m1).intoArray(dst, y + l);
                     ((FloatVector) v.lanewise(VectorOperators.LSHR, 4).convert(VectorOperators.I2F, 0))
-                            .mul(d2).sub(m2).intoArray(dst, y + 32 + l);
+                            .mul(d2).add(m2).intoArray(dst, y + 32 + l);
                 }
             }
         }

@@ -38,16 +38,16 @@ public final class Q5KQuantizer implements Quantizer {
         Blocks.checkCount(count, QK, id());
         int blocks = count / QK;
         byte[] b = Blocks.stage(src, offset, blocks * BYTES);
+        float[] sm = KQuants.SCALES_AND_MINS.get();
         for (int k = 0; k < blocks; k++) {
             int o = k * BYTES;
-            float d = Blocks.fp16(b, o);
-            float dmin = Blocks.fp16(b, o + 2);
+            KQuants.scalesAndMins(b, o, sm); // d * scale, and -dmin * min: adding it is subtracting dmin * min
             int base = dstOffset + k * QK;
             for (int c = 0; c < 4; c++) {
-                float d1 = d * KQuants.scale(b, o, 2 * c);
-                float m1 = dmin * KQuants.min(b, o, 2 * c);
-                float d2 = d * KQuants.scale(b, o, 2 * c + 1);
-                float m2 = dmin * KQuants.min(b, o, 2 * c + 1);
+                float d1 = sm[2 * c];
+                float m1 = sm[8 + 2 * c];
+                float d2 = sm[2 * c + 1];
+                float m2 = sm[8 + 2 * c + 1];
                 for (int l = 0; l < 32; l += KQuants.FLOATS.length()) {
                     IntVector q = KQuants.widen(b, o + 48 + 32 * c + l);
                     IntVector h = KQuants.widen(b, o + 16 + l);
@@ -55,9 +55,9 @@ public final class Q5KQuantizer implements Quantizer {
                             .or(h.lanewise(VectorOperators.LSHR, 2 * c).and(1).lanewise(VectorOperators.LSHL, 4));
                     IntVector hi = q.lanewise(VectorOperators.LSHR, 4)
                             .or(h.lanewise(VectorOperators.LSHR, 2 * c + 1).and(1).lanewise(VectorOperators.LSHL, 4));
-                    ((FloatVector) lo.convert(VectorOperators.I2F, 0)).mul(d1).sub(m1)
+                    ((FloatVector) lo.convert(VectorOperators.I2F, 0)).mul(d1).add(m1)
                             .intoArray(dst, base + 64 * c + l);
-                    ((FloatVector) hi.convert(VectorOperators.I2F, 0)).mul(d2).sub(m2)
+                    ((FloatVector) hi.convert(VectorOperators.I2F, 0)).mul(d2).add(m2)
                             .intoArray(dst, base + 64 * c + 32 + l);
                 }
             }
