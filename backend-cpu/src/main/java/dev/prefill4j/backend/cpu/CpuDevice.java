@@ -3,17 +3,13 @@ package dev.prefill4j.backend.cpu;
 import dev.prefill4j.api.spi.ComputeDevice;
 import dev.prefill4j.api.spi.WeightMatrix;
 import java.lang.foreign.MemorySegment;
-import java.util.concurrent.ExecutionException;
-import java.util.concurrent.ExecutorService;
-import java.util.concurrent.Executors;
-import java.util.concurrent.Future;
-import java.util.concurrent.atomic.AtomicInteger;
 import java.util.function.IntConsumer;
 import jdk.incubator.vector.FloatVector;
 
 /**
- * The CPU device: the calling thread plus {@code threads - 1} daemon workers, which pull task indices from a shared
- * counter, so every thread stays busy and a worker that wakes late only takes fewer tasks.
+ * The CPU device: the calling thread plus {@code threads - 1} daemon workers ({@link WorkerPool}: they spin between
+ * parallel loops, so a decode step's hundred-odd loops do not each wait for a thread to wake), which pull task
+ * indices from a shared counter, so every thread stays busy and a worker that starts late only takes fewer tasks.
  *
  * <p>GEMM has three shapes. Prefill (six or more activation rows, outputs a multiple of four vectors): a task decodes
  * a panel of weight rows once, transposes it K-major into an L2-resident buffer and runs every block of six rows
@@ -33,11 +29,17 @@ final class CpuDevice implements ComputeDevice {
      * were slower (1.1-1.4x); K = 2,048 panels are one slice, as before.
      */
     static final int PANEL_SLICE_FLOATS = 128 * 1024;
+    /**
+     * Floats (one cache line) added to the stride of the rows a prefill panel is transposed from. Rows 2,048 or 8,192
+     * floats apart all start in the same L1 set, so the 16 lines a column gather reads evicted each other and every
+     * gather went to L2: the transposition took about a fifth of an F16 pp512.
+     */
+    private static final int ROW_PAD = 16;
     /** Up to this many activation rows, GEMM is a fused dot product per output (decode steps). */
     private static final int DOT_MAX_ROWS = 3;
 
     private final int threads;
-    private final ExecutorService pool;
+    private final WorkerPool pool;
     /** Elements per SwiGLU task. */
     private static final int SWIGLU_CHUNK = 8192;
     private final ThreadLocal<float[]> tileBuffer = new ThreadLocal<>();
@@ -46,12 +48,7 @@ final class CpuDevice implements ComputeDevice {
 
     CpuDevice(int threads) {
         this.threads = threads;
-        AtomicInteger ids = new AtomicInteger(1);
-        this.pool = threads == 1 ? null : Executors.newFixedThreadPool(threads - 1, r -> {
-            Thread t = new Thread(r, "prefill4j-cpu-" + ids.getAndIncrement());
-            t.setDaemon(true);
-            return t;
-        });
+        this.pool = new WorkerPool(threads);
     }
 
     @Override
@@ -66,41 +63,7 @@ final class CpuDevice implements ComputeDevice {
 
     @Override
     public void parallelFor(int tasks, IntConsumer task) {
-        if (pool == null || tasks == 1) {
-            for (int i = 0; i < tasks; i++) {
-                task.accept(i);
-            }
-            return;
-        }
-        AtomicInteger next = new AtomicInteger();
-        Runnable drain = () -> {
-            for (int i = next.getAndIncrement(); i < tasks; i = next.getAndIncrement()) {
-                task.accept(i);
-            }
-        };
-        int helpers = Math.min(threads - 1, tasks - 1);
-        Future<?>[] running = new Future<?>[helpers];
-        for (int h = 0; h < helpers; h++) {
-            running[h] = pool.submit(drain);
-        }
-        drain.run();
-        for (Future<?> f : running) {
-            try {
-                f.get();
-            } catch (InterruptedException e) {
-                Thread.currentThread().interrupt();
-                throw new IllegalStateException("interrupted while waiting for CPU workers", e);
-            } catch (ExecutionException e) {
-                Throwable cause = e.getCause();
-                if (cause instanceof RuntimeException re) {
-                    throw re;
-                }
-                if (cause instanceof Error err) {
-                    throw err;
-                }
-                throw new IllegalStateException(cause);
-            }
-        }
+        pool.run(tasks, task);
     }
 
     @Override
@@ -237,20 +200,24 @@ final class CpuDevice implements ComputeDevice {
      * How {@link #panelProduct} walks K: slices of {@link #PANEL_SLICE_FLOATS} floats of transposed panel (whole
      * quantization blocks), and where each of a vector's rows starts in the buffer it is decoded into.
      */
-    private record PanelPlan(int panel, int slice, int width, int[] rowStarts) {
+    private record PanelPlan(int panel, int slice, int width, int rowStride, int[] rowStarts) {
         PanelPlan(WeightMatrix w, int panel) {
             this(panel, Math.max(w.format().blockSize(), PANEL_SLICE_FLOATS / panel / w.format().blockSize()
                     * w.format().blockSize()), w.cols());
         }
 
         private PanelPlan(int panel, int slice, int k) {
-            this(panel, slice, Math.min(slice, k), rowStarts(Math.min(slice, k)));
+            this(panel, slice, Math.min(slice, k), Math.min(slice, k) + ROW_PAD);
         }
 
-        private static int[] rowStarts(int width) {
+        private PanelPlan(int panel, int slice, int width, int rowStride) {
+            this(panel, slice, width, rowStride, rowStarts(rowStride));
+        }
+
+        private static int[] rowStarts(int rowStride) {
             int[] starts = new int[VectorOps.FLOATS.length()];
             for (int i = 0; i < starts.length; i++) {
-                starts[i] = i * width;
+                starts[i] = i * rowStride;
             }
             return starts;
         }
@@ -267,8 +234,9 @@ final class CpuDevice implements ComputeDevice {
         int panel = plan.panel();
         int lanes = VectorOps.FLOATS.length();
         int width = plan.width();
-        float[] rowBuf = buffer(lanes * width + panel * width);
-        int wt = lanes * width; // the transposed panel follows the rows being transposed
+        int rowStride = plan.rowStride();
+        float[] rowBuf = buffer(lanes * rowStride + panel * width);
+        int wt = lanes * rowStride; // the transposed panel follows the rows being transposed
         // The panel is built and used a slice of K at a time, small enough to stay in L2 while every group of rows
         // runs over it; a kernel after the first slice continues the FMA chains from the sums it left in out, so
         // the order (and the bits) of each output's accumulation is that of one pass over K.
@@ -279,7 +247,7 @@ final class CpuDevice implements ComputeDevice {
             // store per column where a scalar store per element took a tenth of pp512 (1.09-1.25x faster GEMM).
             for (int i0 = 0; i0 < panel; i0 += lanes) {
                 for (int i = 0; i < lanes; i++) {
-                    w.format().decode(w.data(), rowBytes * (o0 + i0 + i) + from, rowBuf, i * width, len);
+                    w.format().decode(w.data(), rowBytes * (o0 + i0 + i) + from, rowBuf, i * rowStride, len);
                 }
                 for (int t = 0; t < len; t++) {
                     FloatVector.fromArray(VectorOps.FLOATS, rowBuf, t, plan.rowStarts(), 0)
@@ -448,8 +416,6 @@ final class CpuDevice implements ComputeDevice {
 
     @Override
     public void close() {
-        if (pool != null) {
-            pool.shutdownNow();
-        }
+        pool.close();
     }
 }
