@@ -41,6 +41,8 @@ public final class Engine implements AutoCloseable {
     private final Attention attention;
     private final AttentionKernel kernel;
     private final KVStore kvStore;
+    /** The activation buffers of the last closed session, for the next one. */
+    private final Workspace.Pool workspaces = new Workspace.Pool();
 
     private Engine(Builder b) {
         this.registry = b.registry != null ? b.registry : PluginRegistry.load();
@@ -192,7 +194,7 @@ public final class Engine implements AutoCloseable {
         KVConfig kv = new KVConfig(c.layers(), c.kvDim(), capacity, options.kvType(), Math.min(pageSize, capacity),
                 options.kvOptions());
         return new Session(model, device, kernel, kvStore.open(kv), capacity, Math.min(options.chunkSize(), capacity),
-                activationFormats(model, options.activations()));
+                activationFormats(model, options.activations()), workspaces);
     }
 
     /**
@@ -228,9 +230,10 @@ public final class Engine implements AutoCloseable {
         return map;
     }
 
-    /** Closes the device. */
+    /** Closes the device and drops the activation buffers kept for the next session. */
     @Override
     public void close() {
+        workspaces.clear();
         device.close();
     }
 

@@ -9,7 +9,6 @@ import dev.prefill4j.api.spi.KVCache;
 import dev.prefill4j.api.spi.Quantizer;
 import dev.prefill4j.api.spi.WeightMatrix;
 import dev.prefill4j.engine.draft.DraftSource;
-import java.lang.foreign.Arena;
 import java.lang.foreign.MemorySegment;
 import java.util.Map;
 import dev.prefill4j.engine.model.LlamaConfig;
@@ -45,7 +44,10 @@ public final class Session implements AutoCloseable {
     private int pending = -1;
     /** The sampler of the last generation, kept with a persistent cache so a resumed session draws on. */
     private Sampler sampler;
-    // Activation buffers, sized once for a full chunk.
+    // Activation buffers, sized for a full chunk: the workspace's, handed on to the next session at close.
+    private final Workspace.Pool workspaces;
+    private final Workspace workspace;
+    private boolean closed;
     private final float[] x;
     private final float[] xb;
     private final float[] q;
@@ -63,7 +65,7 @@ public final class Session implements AutoCloseable {
     private final MemorySegment encoded;
 
     Session(LlamaModel model, ComputeDevice device, AttentionKernel attention, KVCache cache, int capacity,
-            int chunk, Map<Quantizer, Quantizer> activationFormats) {
+            int chunk, Map<Quantizer, Quantizer> activationFormats, Workspace.Pool workspaces) {
         this.model = model;
         this.c = model.config();
         this.device = device;
@@ -71,22 +73,25 @@ public final class Session implements AutoCloseable {
         this.cache = cache;
         this.capacity = capacity;
         this.chunk = chunk;
-        this.x = new float[chunk * c.dim()];
-        this.xb = new float[chunk * Math.max(c.dim(), c.qDim())];
-        this.q = new float[chunk * c.qDim()];
-        this.k = new float[chunk * c.kvDim()];
-        this.v = new float[chunk * c.kvDim()];
-        this.att = new float[chunk * c.qDim()];
-        this.gate = new float[chunk * c.ffnDim()];
-        // Only quantized activations write the up projection out; float32 ones get SwiGLU in the GEMM's epilogue.
-        this.up = activationFormats.isEmpty() ? null : new float[chunk * c.ffnDim()];
         this.activationFormats = Map.copyOf(activationFormats);
         int widest = Math.max(Math.max(c.dim(), c.qDim()), c.ffnDim());
         boolean decodes = activationFormats.keySet().stream().anyMatch(w -> !w.hasEncodedDot());
-        this.quantized = decodes ? new float[chunk * widest] : null;
         long rowBytes = activationFormats.values().stream()
                 .mapToLong(q -> (widest + q.blockSize() - 1L) / q.blockSize() * q.blockBytes()).max().orElse(0);
-        this.encoded = activationFormats.isEmpty() ? null : Arena.ofAuto().allocate(Math.max(1, chunk * rowBytes));
+        // Only quantized activations write the up projection out; float32 ones get SwiGLU in the GEMM's epilogue.
+        this.workspaces = workspaces;
+        this.workspace = workspaces.take(new Workspace.Shape(c, chunk, !activationFormats.isEmpty(),
+                decodes ? chunk * widest : 0, activationFormats.isEmpty() ? 0 : Math.max(1, chunk * rowBytes)));
+        this.x = workspace.x;
+        this.xb = workspace.xb;
+        this.q = workspace.q;
+        this.k = workspace.k;
+        this.v = workspace.v;
+        this.att = workspace.att;
+        this.gate = workspace.gate;
+        this.up = workspace.up;
+        this.quantized = workspace.quantized;
+        this.encoded = workspace.encoded;
         cache.savedState().ifPresent(this::restore);
     }
 
@@ -555,13 +560,21 @@ public final class Session implements AutoCloseable {
      */
     @Override
     public void close() {
+        if (closed) {
+            return;
+        }
+        closed = true;
         try {
             if (cache.persistent()) {
                 cache.saveState(new SessionState(fingerprint(), Arrays.copyOf(history, position), pending, sampler)
                         .encode());
             }
         } finally {
-            cache.close();
+            try {
+                cache.close();
+            } finally {
+                workspaces.give(workspace);
+            }
         }
     }
 

@@ -1,0 +1,100 @@
+package dev.prefill4j.tests;
+
+import static org.junit.jupiter.api.Assertions.assertArrayEquals;
+import static org.junit.jupiter.api.Assertions.assertNull;
+
+import dev.prefill4j.engine.Engine;
+import dev.prefill4j.engine.Session;
+import dev.prefill4j.engine.SessionOptions;
+import dev.prefill4j.engine.model.LlamaModel;
+import dev.prefill4j.engine.model.SyntheticLlama;
+import java.util.SplittableRandom;
+import java.util.concurrent.atomic.AtomicReference;
+import org.junit.jupiter.api.Test;
+
+/**
+ * A session opened after another one closed takes over its activation buffers; it must compute what a session of a
+ * fresh engine computes, bit for bit, and two live sessions must never share buffers.
+ */
+class WorkspaceReuseTest {
+    private static final SessionOptions CHUNK_8 = new SessionOptions(SessionOptions.defaults().kvType(), 256, 8, 0,
+            SessionOptions.defaults().kvOptions(), SessionOptions.Activations.F32);
+
+    private static int[] prompt(long seed, int n) {
+        return new SplittableRandom(seed).ints(n, 3, 512).toArray();
+    }
+
+    /** {@return all-position logits of {@code ids} then of three decoded tokens, in a session of its own engine} */
+    private static float[] fresh(String format, SessionOptions o, int[] ids) {
+        try (Engine e = Engine.builder().threads(2).build();
+             LlamaModel m = e.synthetic(SyntheticLlama.Shape.TINY, format, 7, null);
+             Session s = e.newSession(m, o)) {
+            return run(s, ids);
+        }
+    }
+
+    private static float[] run(Session s, int[] ids) {
+        float[] prompt = s.prefill(ids, true);
+        float[] out = new float[prompt.length + 3 * 512];
+        System.arraycopy(prompt, 0, out, 0, prompt.length);
+        for (int i = 0; i < 3; i++) {
+            System.arraycopy(s.decode(ids[i]), 0, out, prompt.length + 512 * i, 512);
+        }
+        return out;
+    }
+
+    @Test
+    void aSessionAfterAClosedOneComputesWhatAFreshOneDoes() {
+        int[] a = prompt(1, 21);
+        int[] b = prompt(2, 13); // shorter than a: stale rows of a's chunk stay in the buffers
+        float[] expectedB = fresh("f32", CHUNK_8, b);
+        float[] expectedQuantized = fresh("q8_0", CHUNK_8.withActivations(SessionOptions.Activations.QUANTIZED), b);
+        try (Engine e = Engine.builder().threads(2).build();
+             LlamaModel f32 = e.synthetic(SyntheticLlama.Shape.TINY, "f32", 7, null);
+             LlamaModel q8 = e.synthetic(SyntheticLlama.Shape.TINY, "q8_0", 7, null)) {
+            try (Session s = e.newSession(f32, CHUNK_8)) {
+                run(s, a);
+            }
+            try (Session s = e.newSession(f32, CHUNK_8)) {
+                assertArrayEquals(expectedB, run(s, b), "second session of one engine");
+            }
+            // Another shape (quantized activations need more buffers): a workspace of its own, same results.
+            try (Session s = e.newSession(q8, CHUNK_8.withActivations(SessionOptions.Activations.QUANTIZED))) {
+                assertArrayEquals(expectedQuantized, run(s, b), "quantized activations after float32 ones");
+            }
+        }
+    }
+
+    @Test
+    void liveSessionsNeverShareBuffers() throws InterruptedException {
+        int[] a = prompt(3, 19);
+        int[] b = prompt(4, 23);
+        float[] expectedA = fresh("f32", CHUNK_8, a);
+        float[] expectedB = fresh("f32", CHUNK_8, b);
+        try (Engine e = Engine.builder().threads(1).build();
+             LlamaModel m = e.synthetic(SyntheticLlama.Shape.TINY, "f32", 7, null)) {
+            Session first = e.newSession(m, CHUNK_8);
+            first.close();
+            first.close(); // a second close must not hand the buffers on twice
+            try (Session s1 = e.newSession(m, CHUNK_8); Session s2 = e.newSession(m, CHUNK_8)) {
+                AtomicReference<Throwable> failure = new AtomicReference<>();
+                Thread other = new Thread(() -> {
+                    try {
+                        for (int i = 0; i < 5; i++) {
+                            try (Session t = e.newSession(m, CHUNK_8)) {
+                                assertArrayEquals(expectedB, run(t, b));
+                            }
+                        }
+                    } catch (Throwable t) {
+                        failure.set(t);
+                    }
+                });
+                other.start();
+                assertArrayEquals(expectedA, run(s1, a));
+                assertArrayEquals(expectedB, run(s2, b));
+                other.join();
+                assertNull(failure.get(), () -> "the other thread's sessions: " + failure.get());
+            }
+        }
+    }
+}
