@@ -73,6 +73,37 @@ public final class TQ2_0Quantizer extends TernaryQuantizer {
     }
 
     /**
+     * As {@link Ternary#dot}, with the trits taken from the packed bytes: each vector of bytes is widened to int lanes
+     * once, and trit {@code n} is shifted down to the lanes' low bits and turned into -1, 0, +1 by the lane permute,
+     * which reads the low bits only (element {@code 128c + 32n + m}, FORMATS.md §6.1). The same products in the same
+     * order as TQ1_0's, so the same bits.
+     */
+    @Override
+    float dotStaged(byte[] b, int blocks, float[] x, int xOffset) {
+        var floats = Ternary.floats();
+        int lanes = floats.length();
+        FloatVector acc = FloatVector.zero(floats);
+        for (int k = 0; k < blocks; k++) {
+            int o = k * BYTES;
+            int base = xOffset + k * Ternary.QK;
+            FloatVector s = FloatVector.zero(floats);
+            for (int c = 0; c < 2; c++) {
+                for (int m = 0; m < 32; m += lanes) {
+                    IntVector packed = (IntVector) ByteVector.fromArray(Ternary.TRIT_LANES, b, o + 32 * c + m)
+                            .convertShape(VectorOperators.ZERO_EXTEND_B2I, Ternary.INTS, 0);
+                    for (int n = 0; n < 4; n++) {
+                        FloatVector t = packed.lanewise(VectorOperators.LSHR, 2 * n).selectFrom(Ternary.SIGNS)
+                                .reinterpretAsFloats();
+                        s = t.fma(FloatVector.fromArray(floats, x, base + 128 * c + 32 * n + m), s);
+                    }
+                }
+            }
+            acc = s.fma(FloatVector.broadcast(floats, Blocks.fp16(b, o + 64)), acc);
+        }
+        return Ternary.sum(acc);
+    }
+
+    /**
      * As {@link Ternary#dotQ8K}, with the trits tested where they are packed: the packed bytes are widened to 16-bit
      * lanes once, and trit {@code n} of lane {@code m} is +1 where {@code bits & (3 << 2n) == 2 << 2n}, -1 where it
      * is 0 (element {@code 128c + 32n + m}, FORMATS.md §6.1). Same sums, same bits as TQ1_0.

@@ -9,6 +9,7 @@ import jdk.incubator.vector.IntVector;
 import jdk.incubator.vector.ShortVector;
 import jdk.incubator.vector.VectorOperators;
 import jdk.incubator.vector.VectorShape;
+import jdk.incubator.vector.VectorShuffle;
 import jdk.incubator.vector.VectorSpecies;
 
 /** What TQ1_0 and TQ2_0 share: 256-element blocks with one fp16 scale {@code d = max|x|} and trits {@code t} in 0..2. */
@@ -30,14 +31,42 @@ final class Ternary {
     static final int Q8K_BYTES = 292;
 
     /**
-     * The fused dot product of both ternary formats: per block, the format {@code q} unpacks its trits in element
-     * order ({@link TernaryQuantizer#unpack}), then activations are added where the trit is +1 and subtracted where it
-     * is -1, in vector lanes under masks (no multiplication by a weight); the block sum is scaled by the block's
-     * {@code d}; lanes are added first to last at the end. The same trits give the same bits in either format.
+     * {@code (i & 3) - 1} as float bits in lane {@code i}: a lane permute ({@link IntVector#selectFrom}, which takes
+     * the index modulo the lane count) turns trits 0, 1, 2 into -1, 0, +1 with no conversion, also when bits of the
+     * next trit sit above them.
+     */
+    static final IntVector SIGNS = IntVector.fromArray(INTS, signs(INTS.length()), 0);
+    private static final VectorShuffle<Float> X8 = FLOATS.length() > 8 ? VectorShuffle.fromOp(FLOATS, i -> i ^ 8) : null;
+    private static final VectorShuffle<Float> X4 = FLOATS.length() > 4 ? VectorShuffle.fromOp(FLOATS, i -> i ^ 4) : null;
+    private static final VectorShuffle<Float> X2 = VectorShuffle.fromOp(FLOATS, i -> i ^ 2);
+    private static final VectorShuffle<Float> X1 = VectorShuffle.fromOp(FLOATS, i -> i ^ 1);
+
+    private static int[] signs(int lanes) {
+        int[] t = new int[lanes];
+        for (int i = 0; i < lanes; i++) {
+            t[i] = Float.floatToRawIntBits((i & 3) - 1);
+        }
+        return t;
+    }
+
+    /** {@return the float lanes of the dot product} */
+    static VectorSpecies<Float> floats() {
+        return FLOATS;
+    }
+
+    /**
+     * The fused dot product over unpacked trits (TQ1_0's): per block, the format {@code q} unpacks its trits in element
+     * order ({@link TernaryQuantizer#unpack}); each vector of trits becomes -1, 0, +1 by a lane permute ({@link
+     * #SIGNS}) and is multiplied into the block's sum, in the order TQ2_0 packs them (element {@code 128c + 32n + m}
+     * for {@code c}, then {@code m} a vector at a time, then {@code n}), so the two formats give the same bits
+     * ({@link TQ2_0Quantizer#dotStaged}); the block sum is scaled by the block's {@code d}, and the lanes are added by
+     * a fixed tree ({@link #sum}). A multiply by -1, 0 or +1 is exact, so this is the masked addition and subtraction
+     * of activations that ternary weights allow, at one instruction per vector.
      */
     static float dot(byte[] staged, int blocks, TernaryQuantizer q, float[] x, int xOffset) {
         int blockBytes = q.blockBytes();
         int scaleAt = q.scaleAt();
+        int lanes = FLOATS.length();
         byte[] trits = TRITS.get();
         FloatVector acc = FloatVector.zero(FLOATS);
         for (int k = 0; k < blocks; k++) {
@@ -45,18 +74,37 @@ final class Ternary {
             q.unpack(staged, o, trits);
             int base = xOffset + k * QK;
             FloatVector s = FloatVector.zero(FLOATS);
-            for (int e = 0; e < QK; e += FLOATS.length()) {
-                IntVector t = (IntVector) ByteVector.fromArray(TRIT_LANES, trits, e).convertShape(VectorOperators.B2I, INTS, 0);
-                FloatVector a = FloatVector.fromArray(FLOATS, x, base + e);
-                s = s.add(a, t.compare(VectorOperators.EQ, 2).cast(FLOATS)).sub(a, t.compare(VectorOperators.EQ, 0).cast(FLOATS));
+            for (int c = 0; c < 2; c++) {
+                for (int m = 0; m < 32; m += lanes) {
+                    for (int n = 0; n < 4; n++) {
+                        int e = 128 * c + 32 * n + m;
+                        FloatVector t = ((IntVector) ByteVector.fromArray(TRIT_LANES, trits, e)
+                                .convertShape(VectorOperators.ZERO_EXTEND_B2I, INTS, 0)).selectFrom(SIGNS)
+                                .reinterpretAsFloats();
+                        s = t.fma(FloatVector.fromArray(FLOATS, x, base + e), s);
+                    }
+                }
             }
             acc = s.fma(FloatVector.broadcast(FLOATS, Blocks.fp16(staged, o + scaleAt)), acc);
         }
-        float sum = 0;
-        for (int i = 0; i < FLOATS.length(); i++) {
-            sum += acc.lane(i);
+        return sum(acc);
+    }
+
+    /**
+     * {@return the sum of the lanes of {@code v}} in a fixed order, the same in compiled and interpreted code (the two
+     * formats must agree bit for bit): a tree of lane-wise additions, each lane added to the lane half the remaining
+     * width away; {@code reduceLanes} leaves its order unspecified, and adding {@code lane(i)} in a loop compiles to
+     * a jump table per lane.
+     */
+    static float sum(FloatVector v) {
+        if (X8 != null) {
+            v = v.add(v.rearrange(X8));
         }
-        return sum;
+        if (X4 != null) {
+            v = v.add(v.rearrange(X4));
+        }
+        v = v.add(v.rearrange(X2));
+        return v.add(v.rearrange(X1)).lane(0);
     }
 
     /**
