@@ -24,7 +24,8 @@ import java.util.function.IntConsumer;
  * {@link SessionOptions#chunkSize()} tokens so activation memory stays bounded for long prompts.
  *
  * <p>Every layer's output is checked for NaN/Inf; the first one found fails with {@code P4J-NONFINITE} naming
- * the layer and position. Not thread-safe; close it to free the KV cache.
+ * the layer and position. Not thread-safe; close it to free the KV cache. Closing also hands its activation buffers
+ * to the next session its engine opens with the same shape, so a closed session must not be used again.
  *
  * @since 0.1
  */
