@@ -8,8 +8,9 @@ import jdk.incubator.vector.FloatVector;
 
 /**
  * The CPU device: the calling thread plus {@code threads - 1} daemon workers ({@link WorkerPool}: they spin between
- * parallel loops, so a decode step's hundred-odd loops do not each wait for a thread to wake), which pull task
- * indices from a shared counter, so every thread stays busy and a worker that starts late only takes fewer tasks.
+ * parallel loops, so a decode step's hundred-odd loops do not each wait for a thread to wake). Each thread runs a
+ * contiguous share of a loop's tasks, so it streams one stretch of a weight matrix, then helps with what is left of
+ * the others', so a thread that starts late only takes fewer tasks.
  *
  * <p>GEMM has three shapes. Prefill (six or more activation rows, outputs a multiple of four vectors): a task decodes
  * a panel of weight rows once, transposes it K-major into an L2-resident buffer and runs every block of six rows
