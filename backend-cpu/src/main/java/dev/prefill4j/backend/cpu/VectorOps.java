@@ -222,6 +222,174 @@ final class VectorOps {
     }
 
     /**
+     * Index vectors of {@link #transpose16}'s stages, for block size {@code b}: {@code LOW_b} takes lane {@code l} of
+     * the first row where {@code l & b == 0} and lane {@code l - b} of the second elsewhere; {@code HIGH_b} lane
+     * {@code l + b} of the first and lane {@code l} of the second (indices 16 and up name the second vector). Fields,
+     * not an array, so that the JIT sees constants.
+     */
+    private static final FloatVector LOW_8 = transposeIndices(8, true);
+    private static final FloatVector LOW_4 = transposeIndices(4, true);
+    private static final FloatVector LOW_2 = transposeIndices(2, true);
+    private static final FloatVector LOW_1 = transposeIndices(1, true);
+    private static final FloatVector HIGH_8 = transposeIndices(8, false);
+    private static final FloatVector HIGH_4 = transposeIndices(4, false);
+    private static final FloatVector HIGH_2 = transposeIndices(2, false);
+    private static final FloatVector HIGH_1 = transposeIndices(1, false);
+
+    private static FloatVector transposeIndices(int b, boolean low) {
+        if (FLOATS.length() != 16) {
+            return null;
+        }
+        float[] idx = new float[16];
+        for (int l = 0; l < 16; l++) {
+            idx[l] = low ? ((l & b) == 0 ? l : 16 + l - b) : ((l & b) == 0 ? l + b : 16 + l);
+        }
+        return FloatVector.fromArray(FLOATS, idx, 0);
+    }
+
+    /**
+     * Transposes a 16 x 16 tile: row {@code i} of {@code src} ({@code src[srcOff + i * srcStride ..]}, 16 floats)
+     * becomes column {@code i} of {@code dst} (lane {@code i} of {@code dst[dstOff + j * dstStride ..]}, row {@code j}).
+     * Four stages of two-vector lane permutes, each swapping the off-diagonal blocks of every block pair (block size 8,
+     * 4, 2, 1): 64 permutes a tile, where a gather per column read 16 cache lines for each vector. For 16 float
+     * lanes only.
+     */
+    static void transpose16(float[] src, int srcOff, int srcStride, float[] dst, int dstOff, int dstStride) {
+        FloatVector v0 = FloatVector.fromArray(FLOATS, src, srcOff + 0 * srcStride);
+        FloatVector v1 = FloatVector.fromArray(FLOATS, src, srcOff + 1 * srcStride);
+        FloatVector v2 = FloatVector.fromArray(FLOATS, src, srcOff + 2 * srcStride);
+        FloatVector v3 = FloatVector.fromArray(FLOATS, src, srcOff + 3 * srcStride);
+        FloatVector v4 = FloatVector.fromArray(FLOATS, src, srcOff + 4 * srcStride);
+        FloatVector v5 = FloatVector.fromArray(FLOATS, src, srcOff + 5 * srcStride);
+        FloatVector v6 = FloatVector.fromArray(FLOATS, src, srcOff + 6 * srcStride);
+        FloatVector v7 = FloatVector.fromArray(FLOATS, src, srcOff + 7 * srcStride);
+        FloatVector v8 = FloatVector.fromArray(FLOATS, src, srcOff + 8 * srcStride);
+        FloatVector v9 = FloatVector.fromArray(FLOATS, src, srcOff + 9 * srcStride);
+        FloatVector v10 = FloatVector.fromArray(FLOATS, src, srcOff + 10 * srcStride);
+        FloatVector v11 = FloatVector.fromArray(FLOATS, src, srcOff + 11 * srcStride);
+        FloatVector v12 = FloatVector.fromArray(FLOATS, src, srcOff + 12 * srcStride);
+        FloatVector v13 = FloatVector.fromArray(FLOATS, src, srcOff + 13 * srcStride);
+        FloatVector v14 = FloatVector.fromArray(FLOATS, src, srcOff + 14 * srcStride);
+        FloatVector v15 = FloatVector.fromArray(FLOATS, src, srcOff + 15 * srcStride);
+        // block size 8
+        FloatVector t0_0 = LOW_8.selectFrom(v0, v8);
+        v8 = HIGH_8.selectFrom(v0, v8);
+        v0 = t0_0;
+        FloatVector t0_1 = LOW_8.selectFrom(v1, v9);
+        v9 = HIGH_8.selectFrom(v1, v9);
+        v1 = t0_1;
+        FloatVector t0_2 = LOW_8.selectFrom(v2, v10);
+        v10 = HIGH_8.selectFrom(v2, v10);
+        v2 = t0_2;
+        FloatVector t0_3 = LOW_8.selectFrom(v3, v11);
+        v11 = HIGH_8.selectFrom(v3, v11);
+        v3 = t0_3;
+        FloatVector t0_4 = LOW_8.selectFrom(v4, v12);
+        v12 = HIGH_8.selectFrom(v4, v12);
+        v4 = t0_4;
+        FloatVector t0_5 = LOW_8.selectFrom(v5, v13);
+        v13 = HIGH_8.selectFrom(v5, v13);
+        v5 = t0_5;
+        FloatVector t0_6 = LOW_8.selectFrom(v6, v14);
+        v14 = HIGH_8.selectFrom(v6, v14);
+        v6 = t0_6;
+        FloatVector t0_7 = LOW_8.selectFrom(v7, v15);
+        v15 = HIGH_8.selectFrom(v7, v15);
+        v7 = t0_7;
+        // block size 4
+        FloatVector t1_0 = LOW_4.selectFrom(v0, v4);
+        v4 = HIGH_4.selectFrom(v0, v4);
+        v0 = t1_0;
+        FloatVector t1_1 = LOW_4.selectFrom(v1, v5);
+        v5 = HIGH_4.selectFrom(v1, v5);
+        v1 = t1_1;
+        FloatVector t1_2 = LOW_4.selectFrom(v2, v6);
+        v6 = HIGH_4.selectFrom(v2, v6);
+        v2 = t1_2;
+        FloatVector t1_3 = LOW_4.selectFrom(v3, v7);
+        v7 = HIGH_4.selectFrom(v3, v7);
+        v3 = t1_3;
+        FloatVector t1_8 = LOW_4.selectFrom(v8, v12);
+        v12 = HIGH_4.selectFrom(v8, v12);
+        v8 = t1_8;
+        FloatVector t1_9 = LOW_4.selectFrom(v9, v13);
+        v13 = HIGH_4.selectFrom(v9, v13);
+        v9 = t1_9;
+        FloatVector t1_10 = LOW_4.selectFrom(v10, v14);
+        v14 = HIGH_4.selectFrom(v10, v14);
+        v10 = t1_10;
+        FloatVector t1_11 = LOW_4.selectFrom(v11, v15);
+        v15 = HIGH_4.selectFrom(v11, v15);
+        v11 = t1_11;
+        // block size 2
+        FloatVector t2_0 = LOW_2.selectFrom(v0, v2);
+        v2 = HIGH_2.selectFrom(v0, v2);
+        v0 = t2_0;
+        FloatVector t2_1 = LOW_2.selectFrom(v1, v3);
+        v3 = HIGH_2.selectFrom(v1, v3);
+        v1 = t2_1;
+        FloatVector t2_4 = LOW_2.selectFrom(v4, v6);
+        v6 = HIGH_2.selectFrom(v4, v6);
+        v4 = t2_4;
+        FloatVector t2_5 = LOW_2.selectFrom(v5, v7);
+        v7 = HIGH_2.selectFrom(v5, v7);
+        v5 = t2_5;
+        FloatVector t2_8 = LOW_2.selectFrom(v8, v10);
+        v10 = HIGH_2.selectFrom(v8, v10);
+        v8 = t2_8;
+        FloatVector t2_9 = LOW_2.selectFrom(v9, v11);
+        v11 = HIGH_2.selectFrom(v9, v11);
+        v9 = t2_9;
+        FloatVector t2_12 = LOW_2.selectFrom(v12, v14);
+        v14 = HIGH_2.selectFrom(v12, v14);
+        v12 = t2_12;
+        FloatVector t2_13 = LOW_2.selectFrom(v13, v15);
+        v15 = HIGH_2.selectFrom(v13, v15);
+        v13 = t2_13;
+        // block size 1
+        FloatVector t3_0 = LOW_1.selectFrom(v0, v1);
+        v1 = HIGH_1.selectFrom(v0, v1);
+        v0 = t3_0;
+        FloatVector t3_2 = LOW_1.selectFrom(v2, v3);
+        v3 = HIGH_1.selectFrom(v2, v3);
+        v2 = t3_2;
+        FloatVector t3_4 = LOW_1.selectFrom(v4, v5);
+        v5 = HIGH_1.selectFrom(v4, v5);
+        v4 = t3_4;
+        FloatVector t3_6 = LOW_1.selectFrom(v6, v7);
+        v7 = HIGH_1.selectFrom(v6, v7);
+        v6 = t3_6;
+        FloatVector t3_8 = LOW_1.selectFrom(v8, v9);
+        v9 = HIGH_1.selectFrom(v8, v9);
+        v8 = t3_8;
+        FloatVector t3_10 = LOW_1.selectFrom(v10, v11);
+        v11 = HIGH_1.selectFrom(v10, v11);
+        v10 = t3_10;
+        FloatVector t3_12 = LOW_1.selectFrom(v12, v13);
+        v13 = HIGH_1.selectFrom(v12, v13);
+        v12 = t3_12;
+        FloatVector t3_14 = LOW_1.selectFrom(v14, v15);
+        v15 = HIGH_1.selectFrom(v14, v15);
+        v14 = t3_14;
+        v0.intoArray(dst, dstOff + 0 * dstStride);
+        v1.intoArray(dst, dstOff + 1 * dstStride);
+        v2.intoArray(dst, dstOff + 2 * dstStride);
+        v3.intoArray(dst, dstOff + 3 * dstStride);
+        v4.intoArray(dst, dstOff + 4 * dstStride);
+        v5.intoArray(dst, dstOff + 5 * dstStride);
+        v6.intoArray(dst, dstOff + 6 * dstStride);
+        v7.intoArray(dst, dstOff + 7 * dstStride);
+        v8.intoArray(dst, dstOff + 8 * dstStride);
+        v9.intoArray(dst, dstOff + 9 * dstStride);
+        v10.intoArray(dst, dstOff + 10 * dstStride);
+        v11.intoArray(dst, dstOff + 11 * dstStride);
+        v12.intoArray(dst, dstOff + 12 * dstStride);
+        v13.intoArray(dst, dstOff + 13 * dstStride);
+        v14.intoArray(dst, dstOff + 14 * dstStride);
+        v15.intoArray(dst, dstOff + 15 * dstStride);
+    }
+
+    /**
      * One activation row against a transposed panel of four vectors of outputs (the leftover rows of a block); {@code
      * add} as in {@link #kernel6x4}.
      */

@@ -397,4 +397,28 @@ class CpuKernelsTest {
             }
         }
     }
+
+    /** A 16 x 16 tile of the prefill panels' transposition lands each element at its mirrored place, no other. */
+    @org.junit.jupiter.api.Test
+    void transpose16MirrorsATileAndLeavesTheRestAlone() {
+        org.junit.jupiter.api.Assumptions.assumeTrue(VectorOps.FLOATS.length() == 16, "16 float lanes only");
+        SplittableRandom r = new SplittableRandom(16);
+        int srcStride = 16 * 3 + 5;
+        int dstStride = 64;
+        float[] src = random(r, 16 * srcStride + 16);
+        float[] dst = new float[16 * dstStride + 16];
+        Arrays.fill(dst, Float.NaN);
+        VectorOps.transpose16(src, 7, srcStride, dst, 3, dstStride);
+        for (int j = 0; j < 16; j++) {
+            for (int lane = 0; lane < 16; lane++) {
+                assertEquals(src[7 + lane * srcStride + j], dst[3 + j * dstStride + lane], "row " + j + ", lane " + lane);
+            }
+        }
+        for (int i = 0; i < dst.length; i++) {
+            int lane = (i - 3) % dstStride;
+            if (i < 3 || lane >= 16 || (i - 3) / dstStride >= 16) {
+                assertTrue(Float.isNaN(dst[i]), "element " + i + " written outside the tile");
+            }
+        }
+    }
 }
