@@ -12,8 +12,8 @@ package dev.prefill4j.api;
  */
 @Api.Stable
 public final class ApiVersion {
-    /** The contract version of this core-api build. */
-    public static final String CURRENT = "1.0";
+    /** The contract version of this core-api build (1.1: {@code Quantizer.dotPrepared} and its two companions). */
+    public static final String CURRENT = "1.1";
 
     private ApiVersion() {
     }

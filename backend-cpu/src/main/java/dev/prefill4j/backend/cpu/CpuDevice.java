@@ -1,6 +1,7 @@
 package dev.prefill4j.backend.cpu;
 
 import dev.prefill4j.api.spi.ComputeDevice;
+import dev.prefill4j.api.spi.Quantizer;
 import dev.prefill4j.api.spi.WeightMatrix;
 import java.lang.foreign.MemorySegment;
 import java.util.function.IntConsumer;
@@ -145,9 +146,9 @@ final class CpuDevice implements ComputeDevice {
     }
 
     /**
-     * Decode steps (at most {@value #DOT_MAX_ROWS} activation rows): the format's fused {@link
-     * dev.prefill4j.api.spi.Quantizer#dot} per output and row, so the weights are read once, straight from the model
-     * file, and never written out as floats. Tasks are runs of consecutive output rows, several per thread.
+     * Decode steps (at most {@value #DOT_MAX_ROWS} activation rows): the format's fused {@link Quantizer#dot} per
+     * output and row (or {@link Quantizer#dotPrepared}, each activation row prepared once), so the weights are read
+     * once, straight from the model file, and never written out as floats. Tasks are runs of consecutive output rows, several per thread.
      */
     private void matmulDots(WeightMatrix w, float[] x, int rows, float[] out) {
         int n = w.rows();
@@ -155,11 +156,30 @@ final class CpuDevice implements ComputeDevice {
         long rowBytes = w.rowBytes();
         var format = w.format();
         var data = w.data();
+        int pl = format.preparedActivations(k);
+        if (pl > 0) {
+            float[] prepared = prepare(format, x, rows, k, pl);
+            eachOutput(n, o -> {
+                for (int r = 0; r < rows; r++) {
+                    out[r * n + o] = format.dotPrepared(data, rowBytes * o, x, r * k, prepared, r * pl, k);
+                }
+            });
+            return;
+        }
         eachOutput(n, o -> {
             for (int r = 0; r < rows; r++) {
                 out[r * n + o] = format.dot(data, rowBytes * o, x, r * k, k);
             }
         });
+    }
+
+    /** {@return what {@code format} derives from each of {@code rows} activation rows, once for all weight rows} */
+    private static float[] prepare(Quantizer format, float[] x, int rows, int k, int pl) {
+        float[] prepared = new float[rows * pl];
+        for (int r = 0; r < rows; r++) {
+            format.prepareActivations(x, r * k, k, prepared, r * pl);
+        }
+        return prepared;
     }
 
     /**
@@ -289,10 +309,18 @@ final class CpuDevice implements ComputeDevice {
             return;
         }
         if (rows <= DOT_MAX_ROWS) {
+            var gf = gate.format();
+            var uf = up.format();
+            int gl = gf.preparedActivations(k);
+            int ul = uf.preparedActivations(k);
+            float[] gp = gl > 0 ? prepare(gf, x, rows, k, gl) : null;
+            float[] upr = ul == 0 ? null : uf == gf ? gp : prepare(uf, x, rows, k, ul);
             eachOutput(n, o -> {
                 for (int r = 0; r < rows; r++) {
-                    float g = gate.format().dot(gate.data(), gate.rowBytes() * o, x, r * k, k);
-                    float u = up.format().dot(up.data(), up.rowBytes() * o, x, r * k, k);
+                    float g = gp != null ? gf.dotPrepared(gate.data(), gate.rowBytes() * o, x, r * k, gp, r * gl, k)
+                            : gf.dot(gate.data(), gate.rowBytes() * o, x, r * k, k);
+                    float u = upr != null ? uf.dotPrepared(up.data(), up.rowBytes() * o, x, r * k, upr, r * ul, k)
+                            : uf.dot(up.data(), up.rowBytes() * o, x, r * k, k);
                     out[r * n + o] = VectorOps.swiglu(g, u);
                 }
             });

@@ -14,7 +14,8 @@ import java.util.OptionalInt;
  *
  * <p><b>How backends use it.</b> The CPU backend's GEMM calls {@link #decode} once per weight tile into a small
  * float buffer and reuses that tile across many activation rows; for one activation row (decode) it calls the
- * fused {@link #dot}. Adding a format therefore never touches a backend.
+ * fused {@link #dot} (or {@link #dotPrepared}, with what {@link #prepareActivations} derived from the activation row
+ * once). Adding a format therefore never touches a backend.
  *
  * <p><b>Threading.</b> Implementations are stateless and thread-safe: every method may be called from many
  * threads at once and must not allocate on the heap per call beyond what escape analysis removes.
@@ -112,6 +113,54 @@ public interface Quantizer extends Plugin {
      * @return the dot product in float precision
      */
     float dot(MemorySegment src, long offset, float[] x, int xOffset, int count);
+
+    /**
+     * {@return how many floats {@link #prepareActivations} derives from {@code count} activations for {@link
+     * #dotPrepared}; 0, the default, for a format that needs nothing prepared} Some formats' dot products need sums
+     * that depend on the activations only, such as the K-quants' sums of each sub-block's activations for their
+     * minimum terms; computed inside {@link #dot}, every weight row recomputes them. A backend that multiplies one
+     * activation row with many weight rows prepares the row once and calls {@link #dotPrepared} instead.
+     *
+     * @param count elements of the activation row, a multiple of {@link #blockSize()}
+     * @since 1.1
+     */
+    default int preparedActivations(int count) {
+        return 0;
+    }
+
+    /**
+     * Derives from {@code count} activations at {@code x[xOffset..]} the data {@link #dotPrepared} reads, into
+     * {@code prepared[preparedOffset .. + preparedActivations(count))}. Only called when {@link #preparedActivations}
+     * is positive; the layout is the format's own.
+     *
+     * @param x              the activations
+     * @param xOffset        index of the first activation
+     * @param count          elements, a multiple of {@link #blockSize()}
+     * @param prepared       where the derived data goes
+     * @param preparedOffset first index written
+     * @since 1.1
+     */
+    default void prepareActivations(float[] x, int xOffset, int count, float[] prepared, int preparedOffset) {
+    }
+
+    /**
+     * {@link #dot} with the activations' prepared data ({@link #prepareActivations} of the same {@code x}, {@code
+     * xOffset} and {@code count}): the same product, to the same tolerance. The default ignores {@code prepared}.
+     *
+     * @param src            the encoded data
+     * @param offset         byte offset of the first block
+     * @param x              the activations
+     * @param xOffset        index of the first activation
+     * @param prepared       the prepared data
+     * @param preparedOffset index of its first element
+     * @param count          elements, a multiple of {@link #blockSize()}
+     * @return the dot product in float precision
+     * @since 1.1
+     */
+    default float dotPrepared(MemorySegment src, long offset, float[] x, int xOffset, float[] prepared,
+                              int preparedOffset, int count) {
+        return dot(src, offset, x, xOffset, count);
+    }
 
     /**
      * {@return whether this format implements {@link #dotEncoded}}: a dot product with activations that are still

@@ -32,7 +32,9 @@ import java.util.SplittableRandom;
  *   <li>round trip: {@code decode(encode(x))} is within {@code roundTrip * max|x|} of {@code x}, block by block
  *       (for a format with {@code 2^b} levels that is about half a level: {@code 0.5 / (2^(b-1) - 1)});</li>
  *   <li>decode at unaligned offsets and into the middle of an array touches exactly its elements;</li>
- *   <li>the fused {@code dot} equals the FP64 dot of the decoded row within {@code dot * sum|w*x|};</li>
+ *   <li>the fused {@code dot} equals the FP64 dot of the decoded row within {@code dot * sum|w*x|}, and so does
+ *       {@code dotPrepared} for a format that prepares activations ({@code preparedActivations > 0}), with the
+ *       prepared data at an offset and nothing written outside it;</li>
  *   <li>GEMM, float and exact accumulation, on every {@link Backend} found by {@link ServiceLoader} equals FP64 over
  *       the decoded weights within the same relative bound, for shapes with one and many activation rows;</li>
  *   <li>for a format with {@link Quantizer#hasEncodedDot()}: {@code dotEncoded}, and {@code matmulEncoded} on every
@@ -217,6 +219,17 @@ public final class QuantizerTestKit {
             float got = q.dot(enc, 0, x, 3, n);
             check(Math.abs(got - ref.sum()) <= tol.dot() * ref.magnitude() + 1e-30, q, "dot over " + blocks + " blocks = "
                     + got + ", FP64 = " + ref.sum());
+            int pl = q.preparedActivations(n);
+            if (pl > 0) { // prepared at an offset, in an array with room on both sides
+                float[] prepared = new float[pl + 9];
+                java.util.Arrays.fill(prepared, Float.NaN);
+                q.prepareActivations(x, 3, n, prepared, 5);
+                float prep = q.dotPrepared(enc, 0, x, 3, prepared, 5, n);
+                check(Math.abs(prep - ref.sum()) <= tol.dot() * ref.magnitude() + 1e-30, q, "prepared dot over "
+                        + blocks + " blocks = " + prep + ", FP64 = " + ref.sum());
+                check(Float.isNaN(prepared[4]) && Float.isNaN(prepared[5 + pl]), q,
+                        "prepareActivations wrote outside its " + pl + " floats");
+            }
         }
     }
 

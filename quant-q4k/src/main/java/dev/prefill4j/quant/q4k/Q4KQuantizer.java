@@ -60,49 +60,98 @@ public final class Q4KQuantizer implements Quantizer {
         }
     }
 
+    /** Sixteen floats a super-block: {@link #prepareActivations}. */
+    @Override
+    public int preparedActivations(int count) {
+        Blocks.checkCount(count, QK, id());
+        return count / QK * 16;
+    }
+
     /**
-     * Fused, nothing decoded to memory: per sub-block of 32, {@code sum(q * x)} and {@code sum(x)} in vector lanes
-     * (the nibbles widened to ints with zero extension, so the high one is a plain shift), then
-     * {@code d * scale * sum(q x) - dmin * min * sum(x)} into four accumulators (one per term, so no chain of
-     * dependent FMAs), whose lanes are added in a fixed order. The row is staged once. Against decoding each
-     * super-block to L1 and multiplying ({@link KQuants#dot}, still used by Q5_K and Q6_K): 1.8-1.9x per 2,048-element
-     * row in-process, and tg16 on the synthetic 1B geometry 2.5-2.7 -> 5.4-5.8 tok/s. The eight scales and mins of a
-     * super-block are unpacked together first ({@link KQuants#scalesAndMins}).
+     * Per super-block sixteen floats in {@link KQuants#scalesAndMins}' layout: zeros where it has the eight scales,
+     * then each sub-block's sum of activations where it has the eight mins, so that {@link #dotPrepared} gets all
+     * eight minimum terms of a super-block from one vector product. Each sum adds the sub-block's vectors lane by
+     * lane, then the lanes by {@link KQuants#sum}'s fixed tree.
      */
     @Override
+    public void prepareActivations(float[] x, int xOffset, int count, float[] prepared, int preparedOffset) {
+        Blocks.checkCount(count, QK, id());
+        var sp = KQuants.FLOATS;
+        for (int k = 0; k < count / QK; k++) {
+            int p = preparedOffset + 16 * k;
+            for (int g = 0; g < 8; g++) {
+                FloatVector sum = FloatVector.zero(sp);
+                for (int l = 0; l < 32; l += sp.length()) {
+                    sum = sum.add(FloatVector.fromArray(sp, x, xOffset + k * QK + 32 * g + l));
+                }
+                prepared[p + g] = 0;
+                prepared[p + 8 + g] = KQuants.sum(sum);
+            }
+        }
+    }
+
+    /** Prepares {@code x} in a per-thread buffer, then {@link #dotPrepared}. */
+    @Override
     public float dot(MemorySegment src, long offset, float[] x, int xOffset, int count) {
+        float[] prepared = PREPARED.get();
+        int n = preparedActivations(count);
+        if (prepared.length < n) {
+            prepared = new float[n];
+            PREPARED.set(prepared);
+        }
+        prepareActivations(x, xOffset, count, prepared, 0);
+        return dotPrepared(src, offset, x, xOffset, prepared, 0, count);
+    }
+
+    private static final ThreadLocal<float[]> PREPARED = ThreadLocal.withInitial(() -> new float[0]);
+
+    /**
+     * Fused, nothing decoded to memory: per sub-block of 32, {@code sum(q * x)} in vector lanes (the nibbles widened
+     * to ints with zero extension, so the high one is a plain shift), times {@code d * scale} into one of two
+     * accumulators; the minimum terms {@code -dmin * min * sum(x)} of a super-block come from the prepared sums of
+     * activations in one vector product ({@link #prepareActivations}); lanes are added in a fixed order at the end.
+     * The row is staged once. Against summing {@code x} per sub-block here, as every row did before the backend
+     * prepared the sums once per matrix product: 1.47-1.52x per 2,048-element row (in-process A/B, rows in L2 and
+     * in memory). The eight scales and mins of a super-block are unpacked together first ({@link
+     * KQuants#scalesAndMins}).
+     */
+    @Override
+    public float dotPrepared(MemorySegment src, long offset, float[] x, int xOffset, float[] prepared,
+                             int preparedOffset, int count) {
         Blocks.checkCount(count, QK, id());
         int blocks = count / QK;
         byte[] b = Blocks.stage(src, offset, blocks * BYTES);
         var sp = KQuants.FLOATS;
-        FloatVector a1 = FloatVector.zero(sp), a2 = a1, a3 = a1, a4 = a1;
+        FloatVector a1 = FloatVector.zero(sp);
+        FloatVector a2 = a1;
+        FloatVector mins = a1;
         float[] sm = KQuants.SCALES_AND_MINS.get();
         for (int k = 0; k < blocks; k++) {
             int o = k * BYTES;
             KQuants.scalesAndMins(b, o, sm);
+            for (int j = 0; j < 16; j += sp.length()) {
+                mins = FloatVector.fromArray(sp, sm, j)
+                        .fma(FloatVector.fromArray(sp, prepared, preparedOffset + 16 * k + j), mins);
+            }
             int base = xOffset + k * QK;
             for (int c = 0; c < 4; c++) {
                 int q = o + 16 + 32 * c;
                 int y = base + 64 * c;
-                FloatVector qx1 = FloatVector.zero(sp), qx2 = qx1, sx1 = qx1, sx2 = qx1;
+                FloatVector qx1 = FloatVector.zero(sp);
+                FloatVector qx2 = qx1;
                 for (int l = 0; l < 32; l += sp.length()) {
                     IntVector v = (IntVector) ByteVector.fromArray(KQuants.BYTES_PER_LANE, b, q + l)
                             .convertShape(VectorOperators.ZERO_EXTEND_B2I, KQuants.INTS, 0);
-                    FloatVector x1 = FloatVector.fromArray(sp, x, y + l);
-                    FloatVector x2 = FloatVector.fromArray(sp, x, y + 32 + l);
-                    qx1 = ((FloatVector) v.and(0x0F).convert(VectorOperators.I2F, 0)).fma(x1, qx1);
+                    qx1 = ((FloatVector) v.and(0x0F).convert(VectorOperators.I2F, 0))
+                            .fma(FloatVector.fromArray(sp, x, y + l), qx1);
                     qx2 = ((FloatVector) v.lanewise(VectorOperators.LSHR, 4).convert(VectorOperators.I2F, 0))
-                            .fma(x2, qx2);
-                    sx1 = sx1.add(x1);
-                    sx2 = sx2.add(x2);
+                            .fma(FloatVector.fromArray(sp, x, y + 32 + l), qx2);
                 }
                 a1 = qx1.fma(FloatVector.broadcast(sp, sm[2 * c]), a1);
-                a2 = sx1.fma(FloatVector.broadcast(sp, sm[8 + 2 * c]), a2);
-                a3 = qx2.fma(FloatVector.broadcast(sp, sm[2 * c + 1]), a3);
-                a4 = sx2.fma(FloatVector.broadcast(sp, sm[8 + 2 * c + 1]), a4);
+                a2 = qx2.fma(FloatVector.broadcast(sp, sm[2 * c + 1]), a2);
             }
         }
-        return KQuants.sum(a1.add(a3).add(a2.add(a4)));
+        return KQuants.sum(a1.add(a2).add(mins));
     }
 
     @Override
