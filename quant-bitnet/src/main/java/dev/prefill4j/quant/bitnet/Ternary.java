@@ -61,7 +61,7 @@ final class Ternary {
      * for {@code c}, then {@code m} a vector at a time, then {@code n}), so the two formats give the same bits
      * ({@link TQ2_0Quantizer#dotStaged}); the block sum is scaled by the block's {@code d}, and the lanes are added by
      * a fixed tree ({@link #sum}). A multiply by -1, 0 or +1 is exact, so this is the masked addition and subtraction
-     * of activations that ternary weights allow, at one instruction per vector.
+     * of activations that ternary weights allow, at one FMA per vector.
      */
     static float dot(byte[] staged, int blocks, TernaryQuantizer q, float[] x, int xOffset) {
         int blockBytes = q.blockBytes();
