@@ -146,9 +146,10 @@ final class CpuDevice implements ComputeDevice {
     }
 
     /**
-     * Decode steps (at most {@value #DOT_MAX_ROWS} activation rows): the format's fused {@link Quantizer#dot} per
-     * output and row (or {@link Quantizer#dotPrepared}, each activation row prepared once), so the weights are read
-     * once, straight from the model file, and never written out as floats. Tasks are runs of consecutive output rows, several per thread.
+     * Decode steps (at most {@value #DOT_MAX_ROWS} activation rows): the format's fused {@link Quantizer#dotPrepared}
+     * per output and row, each activation row prepared once ({@link #prepare}; for most formats nothing, and their
+     * {@code dotPrepared} is their {@code dot}), so the weights are read once, straight from the model file, and never
+     * written out as floats. Tasks are runs of consecutive output rows, several per thread.
      */
     private void matmulDots(WeightMatrix w, float[] x, int rows, float[] out) {
         int n = w.rows();
@@ -157,26 +158,22 @@ final class CpuDevice implements ComputeDevice {
         var format = w.format();
         var data = w.data();
         int pl = format.preparedActivations(k);
-        if (pl > 0) {
-            float[] prepared = prepare(format, x, rows, k, pl);
-            eachOutput(n, o -> {
-                for (int r = 0; r < rows; r++) {
-                    out[r * n + o] = format.dotPrepared(data, rowBytes * o, x, r * k, prepared, r * pl, k);
-                }
-            });
-            return;
-        }
+        float[] prepared = prepare(format, x, rows, k);
         eachOutput(n, o -> {
             for (int r = 0; r < rows; r++) {
-                out[r * n + o] = format.dot(data, rowBytes * o, x, r * k, k);
+                out[r * n + o] = format.dotPrepared(data, rowBytes * o, x, r * k, prepared, r * pl, k);
             }
         });
     }
 
-    /** {@return what {@code format} derives from each of {@code rows} activation rows, once for all weight rows} */
-    private static float[] prepare(Quantizer format, float[] x, int rows, int k, int pl) {
+    /**
+     * {@return what {@code format} derives from each of {@code rows} activation rows of {@code k} elements, row
+     * {@code r} at {@code r * preparedActivations(k)}: once for all weight rows (empty for a format that needs nothing)}
+     */
+    private static float[] prepare(Quantizer format, float[] x, int rows, int k) {
+        int pl = format.preparedActivations(k);
         float[] prepared = new float[rows * pl];
-        for (int r = 0; r < rows; r++) {
+        for (int r = 0; pl > 0 && r < rows; r++) {
             format.prepareActivations(x, r * k, k, prepared, r * pl);
         }
         return prepared;
@@ -265,9 +262,9 @@ final class CpuDevice implements ComputeDevice {
             int len = Math.min(plan.slice(), k - t0);
             long from = w.format().byteSize(t0);
             // A vector of rows at a time: decoded, then transposed into the panel 16 x 16 floats at a time by lane
-            // permutes (VectorOps.transpose16; F16 pp512 1.02-1.06x against a gather per column, which read 16 cache
-            // lines for each vector); other vector widths and a last partial tile gather a column at a time, one
-            // vector store per column where a scalar store per element took a tenth of pp512.
+            // permutes (VectorOps.transpose16; F16 pp512 at 76-79% of the FMA peak against 72-75% with a gather per
+            // column, which read 16 cache lines for each vector); other vector widths and a last partial tile gather
+            // a column at a time, one vector store per column where a scalar store per element took a tenth of pp512.
             for (int i0 = 0; i0 < panel; i0 += lanes) {
                 for (int i = 0; i < lanes; i++) {
                     w.format().decode(w.data(), rowBytes * (o0 + i0 + i) + from, rowBuf, i * rowStride, len);
@@ -313,14 +310,12 @@ final class CpuDevice implements ComputeDevice {
             var uf = up.format();
             int gl = gf.preparedActivations(k);
             int ul = uf.preparedActivations(k);
-            float[] gp = gl > 0 ? prepare(gf, x, rows, k, gl) : null;
-            float[] upr = ul == 0 ? null : uf == gf ? gp : prepare(uf, x, rows, k, ul);
+            float[] gp = prepare(gf, x, rows, k);
+            float[] upr = uf == gf ? gp : prepare(uf, x, rows, k);
             eachOutput(n, o -> {
                 for (int r = 0; r < rows; r++) {
-                    float g = gp != null ? gf.dotPrepared(gate.data(), gate.rowBytes() * o, x, r * k, gp, r * gl, k)
-                            : gf.dot(gate.data(), gate.rowBytes() * o, x, r * k, k);
-                    float u = upr != null ? uf.dotPrepared(up.data(), up.rowBytes() * o, x, r * k, upr, r * ul, k)
-                            : uf.dot(up.data(), up.rowBytes() * o, x, r * k, k);
+                    float g = gf.dotPrepared(gate.data(), gate.rowBytes() * o, x, r * k, gp, r * gl, k);
+                    float u = uf.dotPrepared(up.data(), up.rowBytes() * o, x, r * k, upr, r * ul, k);
                     out[r * n + o] = VectorOps.swiglu(g, u);
                 }
             });
