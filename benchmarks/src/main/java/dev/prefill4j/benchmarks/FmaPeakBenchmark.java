@@ -16,7 +16,8 @@ import org.openjdk.jmh.annotations.Warmup;
 
 /**
  * The FP32 FMA peak the way JMH measures the kernels: twelve independent vector FMA chains (enough to cover the FMA
- * latency on two ports) per thread, registers only. Run with {@code -t N} for N threads.
+ * latency on two ports) per thread, registers only, each chain the addend of its FMA (as in the bench's own
+ * calibration, where the other way round spilled on AVX2). Run with {@code -t N} for N threads.
  */
 @State(Scope.Thread)
 @BenchmarkMode(Mode.Throughput)
@@ -39,18 +40,18 @@ public class FmaPeakBenchmark {
         FloatVector a4 = a0.add(4), a5 = a0.add(5), a6 = a0.add(6), a7 = a0.add(7);
         FloatVector a8 = a0.add(8), a9 = a0.add(9), a10 = a0.add(10), a11 = a0.add(11);
         for (int i = 0; i < STEPS; i++) {
-            a0 = a0.fma(m, c);
-            a1 = a1.fma(m, c);
-            a2 = a2.fma(m, c);
-            a3 = a3.fma(m, c);
-            a4 = a4.fma(m, c);
-            a5 = a5.fma(m, c);
-            a6 = a6.fma(m, c);
-            a7 = a7.fma(m, c);
-            a8 = a8.fma(m, c);
-            a9 = a9.fma(m, c);
-            a10 = a10.fma(m, c);
-            a11 = a11.fma(m, c);
+            a0 = m.fma(c, a0);
+            a1 = m.fma(c, a1);
+            a2 = m.fma(c, a2);
+            a3 = m.fma(c, a3);
+            a4 = m.fma(c, a4);
+            a5 = m.fma(c, a5);
+            a6 = m.fma(c, a6);
+            a7 = m.fma(c, a7);
+            a8 = m.fma(c, a8);
+            a9 = m.fma(c, a9);
+            a10 = m.fma(c, a10);
+            a11 = m.fma(c, a11);
         }
         flops.flops += 2L * 12 * S.length() * STEPS;
         return a0.add(a1).add(a2).add(a3).add(a4).add(a5).add(a6).add(a7).add(a8).add(a9).add(a10).add(a11)

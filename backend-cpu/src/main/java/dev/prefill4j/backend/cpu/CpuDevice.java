@@ -39,6 +39,13 @@ final class CpuDevice implements ComputeDevice {
     private static final int ROW_PAD = 16;
     /** Up to this many activation rows, GEMM is a fused dot product per output (decode steps). */
     private static final int DOT_MAX_ROWS = 3;
+    /**
+     * Outputs of a prefill panel: four vectors ({@link VectorOps#kernel6x4}'s 24 accumulators) where vectors have 16
+     * lanes, which on x86 means AVX-512 and its 32 registers; two ({@link VectorOps#kernel6x2}) with narrower
+     * vectors, where AVX2 has 16 registers and 6x4's accumulators spilled. System property {@code
+     * dev.prefill4j.cpu.panelVectors} (2 or 4) overrides it, to compare the two on one machine.
+     */
+    static final int PANEL = panelVectors() * VectorOps.FLOATS.length();
 
     private final int threads;
     private final WorkerPool pool;
@@ -58,6 +65,18 @@ final class CpuDevice implements ComputeDevice {
         return "cpu: " + threads + " thread(s), Vector API " + VectorOps.FLOATS.vectorBitSize() + "-bit";
     }
 
+    private static int panelVectors() {
+        String v = System.getProperty("dev.prefill4j.cpu.panelVectors");
+        if (v == null) {
+            return VectorOps.FLOATS.length() >= 16 ? 4 : 2;
+        }
+        return switch (v) {
+            case "2" -> 2;
+            case "4" -> 4;
+            default -> throw new IllegalArgumentException("dev.prefill4j.cpu.panelVectors must be 2 or 4");
+        };
+    }
+
     @Override
     public int threads() {
         return threads;
@@ -70,7 +89,7 @@ final class CpuDevice implements ComputeDevice {
 
     @Override
     public void matmul(WeightMatrix w, float[] x, int rows, float[] out) {
-        int panel = 4 * VectorOps.FLOATS.length();
+        int panel = PANEL;
         if (rows >= 6 && w.rows() % panel == 0) {
             matmulPanels(w, x, rows, out, panel);
             return;
@@ -281,11 +300,20 @@ final class CpuDevice implements ComputeDevice {
                 }
             }
             int r = 0;
-            for (; r + 6 <= rows; r += 6) {
-                VectorOps.kernel6x4(rowBuf, wt, len, x, r * k + t0, k, out, oo + r * outStride, outStride, t0 > 0);
-            }
-            for (; r < rows; r++) {
-                VectorOps.kernel1x4(rowBuf, wt, len, x, r * k + t0, out, oo + r * outStride, t0 > 0);
+            if (panel == 4 * lanes) {
+                for (; r + 6 <= rows; r += 6) {
+                    VectorOps.kernel6x4(rowBuf, wt, len, x, r * k + t0, k, out, oo + r * outStride, outStride, t0 > 0);
+                }
+                for (; r < rows; r++) {
+                    VectorOps.kernel1x4(rowBuf, wt, len, x, r * k + t0, out, oo + r * outStride, t0 > 0);
+                }
+            } else {
+                for (; r + 6 <= rows; r += 6) {
+                    VectorOps.kernel6x2(rowBuf, wt, len, x, r * k + t0, k, out, oo + r * outStride, outStride, t0 > 0);
+                }
+                for (; r < rows; r++) {
+                    VectorOps.kernel1x2(rowBuf, wt, len, x, r * k + t0, out, oo + r * outStride, t0 > 0);
+                }
             }
         }
     }
@@ -300,7 +328,7 @@ final class CpuDevice implements ComputeDevice {
     public void matmulSwiGLU(WeightMatrix gate, WeightMatrix up, float[] x, int rows, float[] out) {
         int n = gate.rows();
         int k = gate.cols();
-        int panel = 4 * VectorOps.FLOATS.length();
+        int panel = PANEL;
         if (up.rows() != n || up.cols() != k || !(rows <= DOT_MAX_ROWS || rows >= 6 && n % panel == 0)) {
             ComputeDevice.super.matmulSwiGLU(gate, up, x, rows, out);
             return;

@@ -390,6 +390,74 @@ final class VectorOps {
     }
 
     /**
+     * {@link #kernel6x4} for machines of 16 vector registers (AVX2): six activation rows times two vectors of outputs,
+     * 12 accumulators, the two weight vectors and a broadcast, so nothing spills (with 8-lane vectors 6x4's 29 live
+     * vectors did not fit in AVX2's 16 registers). Same order of accumulation and {@code add} as {@link #kernel6x4};
+     * the panel is {@code wt[wo + t * 2L + i]}.
+     */
+    static void kernel6x2(float[] wt, int wo, int k, float[] x, int xo, int xStride, float[] out, int oo,
+                          int outStride, boolean add) {
+        int l = FLOATS.length();
+        int stride = 2 * l;
+        FloatVector c00 = start(add, out, oo + 0 * outStride), c01 = start(add, out, oo + 0 * outStride + l);
+        FloatVector c10 = start(add, out, oo + 1 * outStride), c11 = start(add, out, oo + 1 * outStride + l);
+        FloatVector c20 = start(add, out, oo + 2 * outStride), c21 = start(add, out, oo + 2 * outStride + l);
+        FloatVector c30 = start(add, out, oo + 3 * outStride), c31 = start(add, out, oo + 3 * outStride + l);
+        FloatVector c40 = start(add, out, oo + 4 * outStride), c41 = start(add, out, oo + 4 * outStride + l);
+        FloatVector c50 = start(add, out, oo + 5 * outStride), c51 = start(add, out, oo + 5 * outStride + l);
+        for (int t = 0; t < k; t++) {
+            int w = wo + t * stride;
+            FloatVector w0 = FloatVector.fromArray(FLOATS, wt, w);
+            FloatVector w1 = FloatVector.fromArray(FLOATS, wt, w + l);
+            FloatVector x0 = FloatVector.broadcast(FLOATS, x[xo + 0 * xStride + t]);
+            c00 = w0.fma(x0, c00);
+            c01 = w1.fma(x0, c01);
+            FloatVector x1 = FloatVector.broadcast(FLOATS, x[xo + 1 * xStride + t]);
+            c10 = w0.fma(x1, c10);
+            c11 = w1.fma(x1, c11);
+            FloatVector x2 = FloatVector.broadcast(FLOATS, x[xo + 2 * xStride + t]);
+            c20 = w0.fma(x2, c20);
+            c21 = w1.fma(x2, c21);
+            FloatVector x3 = FloatVector.broadcast(FLOATS, x[xo + 3 * xStride + t]);
+            c30 = w0.fma(x3, c30);
+            c31 = w1.fma(x3, c31);
+            FloatVector x4 = FloatVector.broadcast(FLOATS, x[xo + 4 * xStride + t]);
+            c40 = w0.fma(x4, c40);
+            c41 = w1.fma(x4, c41);
+            FloatVector x5 = FloatVector.broadcast(FLOATS, x[xo + 5 * xStride + t]);
+            c50 = w0.fma(x5, c50);
+            c51 = w1.fma(x5, c51);
+        }
+        c00.intoArray(out, oo + 0 * outStride);
+        c01.intoArray(out, oo + 0 * outStride + l);
+        c10.intoArray(out, oo + 1 * outStride);
+        c11.intoArray(out, oo + 1 * outStride + l);
+        c20.intoArray(out, oo + 2 * outStride);
+        c21.intoArray(out, oo + 2 * outStride + l);
+        c30.intoArray(out, oo + 3 * outStride);
+        c31.intoArray(out, oo + 3 * outStride + l);
+        c40.intoArray(out, oo + 4 * outStride);
+        c41.intoArray(out, oo + 4 * outStride + l);
+        c50.intoArray(out, oo + 5 * outStride);
+        c51.intoArray(out, oo + 5 * outStride + l);
+    }
+
+    /** One activation row against a panel of two vectors of outputs (the leftover rows with {@link #kernel6x2}). */
+    static void kernel1x2(float[] wt, int wo, int k, float[] x, int xo, float[] out, int oo, boolean add) {
+        int l = FLOATS.length();
+        int stride = 2 * l;
+        FloatVector c0 = start(add, out, oo), c1 = start(add, out, oo + l);
+        for (int t = 0; t < k; t++) {
+            int w = wo + t * stride;
+            FloatVector xv = FloatVector.broadcast(FLOATS, x[xo + t]);
+            c0 = FloatVector.fromArray(FLOATS, wt, w).fma(xv, c0);
+            c1 = FloatVector.fromArray(FLOATS, wt, w + l).fma(xv, c1);
+        }
+        c0.intoArray(out, oo);
+        c1.intoArray(out, oo + l);
+    }
+
+    /**
      * One activation row against a transposed panel of four vectors of outputs (the leftover rows of a block); {@code
      * add} as in {@link #kernel6x4}.
      */
@@ -532,7 +600,13 @@ final class VectorOps {
         return (float) s;
     }
 
-    /** Twelve independent FMA chains for {@code iterations} steps: the peak-FLOP/s calibration loop. */
+    /**
+     * Twelve independent FMA chains for {@code iterations} steps: the peak-FLOP/s calibration loop. Each chain is
+     * the addend ({@code a += m * c}, as in the GEMM kernels), so x86's {@code vfmadd231ps} updates it in place; with
+     * the chain as the multiplicand ({@code a = a * m + c}) C2 copied {@code c} into a fresh register for every FMA
+     * and, with AVX2's 16 registers, spilled chains to the stack: 60-82 GFLOP/s per core against 93-100 of the same
+     * loop in C on the same (Zen 3) core, so the percentages of peak came out too high.
+     */
     static float fmaChains(int iterations) {
         FloatVector m = FloatVector.broadcast(FLOATS, 0.999999f);
         FloatVector c = FloatVector.broadcast(FLOATS, 1e-7f);
@@ -550,18 +624,18 @@ final class VectorOps {
         FloatVector a10 = FloatVector.broadcast(FLOATS, 1.10f);
         FloatVector a11 = FloatVector.broadcast(FLOATS, 1.11f);
         for (int i = 0; i < iterations; i++) {
-            a0 = a0.fma(m, c);
-            a1 = a1.fma(m, c);
-            a2 = a2.fma(m, c);
-            a3 = a3.fma(m, c);
-            a4 = a4.fma(m, c);
-            a5 = a5.fma(m, c);
-            a6 = a6.fma(m, c);
-            a7 = a7.fma(m, c);
-            a8 = a8.fma(m, c);
-            a9 = a9.fma(m, c);
-            a10 = a10.fma(m, c);
-            a11 = a11.fma(m, c);
+            a0 = m.fma(c, a0);
+            a1 = m.fma(c, a1);
+            a2 = m.fma(c, a2);
+            a3 = m.fma(c, a3);
+            a4 = m.fma(c, a4);
+            a5 = m.fma(c, a5);
+            a6 = m.fma(c, a6);
+            a7 = m.fma(c, a7);
+            a8 = m.fma(c, a8);
+            a9 = m.fma(c, a9);
+            a10 = m.fma(c, a10);
+            a11 = m.fma(c, a11);
         }
         return a0.add(a1).add(a2).add(a3).add(a4).add(a5).add(a6).add(a7).add(a8).add(a9).add(a10).add(a11)
                 .lane(0);

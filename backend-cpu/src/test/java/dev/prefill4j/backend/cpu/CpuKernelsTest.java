@@ -398,6 +398,57 @@ class CpuKernelsTest {
         }
     }
 
+    /**
+     * Both prefill micro-kernel widths on every machine (a device uses one of them: {@code CpuDevice.PANEL}), six-row
+     * and one-row forms, over a transposed panel against FP64, with the {@code add} continuation from sums left in
+     * the output (tolerance of {@link #matmulMatchesFp64}); outputs outside the 6 (or 1) x panel tile stay untouched.
+     */
+    @ParameterizedTest
+    @CsvSource({"2,6", "2,1", "4,6", "4,1"})
+    void microKernelsOfBothPanelWidthsMatchFp64(int vectors, int rows) {
+        int l = VectorOps.FLOATS.length();
+        int panel = vectors * l;
+        int k = 37;
+        int outStride = panel + 5;
+        SplittableRandom r = new SplittableRandom(vectors * 10L + rows);
+        float[] wt = random(r, 3 + k * panel);
+        float[] x = random(r, 2 + rows * (k + 1));
+        float[] start = random(r, rows * outStride);
+        float[] out = new float[rows * outStride + 1];
+        Arrays.fill(out, Float.NaN);
+        for (int j = 0; j < rows; j++) {
+            System.arraycopy(start, j * outStride, out, j * outStride, panel);
+        }
+        int xStride = k + 1;
+        if (rows == 6) {
+            if (vectors == 2) {
+                VectorOps.kernel6x2(wt, 3, k, x, 2, xStride, out, 0, outStride, true);
+            } else {
+                VectorOps.kernel6x4(wt, 3, k, x, 2, xStride, out, 0, outStride, true);
+            }
+        } else if (vectors == 2) {
+            VectorOps.kernel1x2(wt, 3, k, x, 2, out, 0, true);
+        } else {
+            VectorOps.kernel1x4(wt, 3, k, x, 2, out, 0, true);
+        }
+        for (int j = 0; j < rows; j++) {
+            for (int i = 0; i < outStride; i++) {
+                if (i >= panel) {
+                    assertTrue(Float.isNaN(out[j * outStride + i]), "row " + j + " element " + i + " written");
+                    continue;
+                }
+                double ref = start[j * outStride + i];
+                double mag = Math.abs(ref);
+                for (int t = 0; t < k; t++) {
+                    double p = (double) wt[3 + t * panel + i] * x[2 + j * xStride + t];
+                    ref += p;
+                    mag += Math.abs(p);
+                }
+                assertEquals(ref, out[j * outStride + i], 1e-5 * mag, "row " + j + " output " + i);
+            }
+        }
+    }
+
     /** A 16 x 16 tile of the prefill panels' transposition lands each element at its mirrored place, no other. */
     @org.junit.jupiter.api.Test
     void transpose16MirrorsATileAndLeavesTheRestAlone() {
