@@ -64,7 +64,7 @@ public final class Q6KQuantizer implements Quantizer {
     }
 
     /**
-     * Fused, for 16 float lanes (elsewhere decoded a super-block at a time, {@link KQuants#dot}): the bits of four
+     * Fused, for 16 or 8 float lanes (elsewhere decoded a super-block at a time, {@link KQuants#dot}): the bits of four
      * 6-bit levels are joined in int lanes, {@code (q - 32) * x} is scaled by {@code d * scale} of its 16-element group
      * into one of four running sums. 2.3x the decode-then-dot (DotAB, 2,048 x 2,048, in-process); the 16 scales of a
      * super-block converted and multiplied by {@code d} in one vector, each spread over the lanes by a permute
@@ -75,7 +75,8 @@ public final class Q6KQuantizer implements Quantizer {
      */
     @Override
     public float dot(MemorySegment src, long offset, float[] x, int xOffset, int count) {
-        if (KQuants.FLOATS.length() != 16) {
+        int lanes = KQuants.FLOATS.length();
+        if (lanes != 16 && lanes != 8) {
             return KQuants.dot(this, src, offset, x, xOffset, count);
         }
         Blocks.checkCount(count, QK, id());
@@ -89,18 +90,25 @@ public final class Q6KQuantizer implements Quantizer {
         for (int k = 0; k < blocks; k++) {
             int o = k * BYTES;
             float d = Blocks.fp16(b, o + 208);
-            // The 16 sub-block scales times d, lane j for sub-block j: the products d * b[is] of the scalar form.
+            // The sub-block scales times d, lane j for sub-block j: the products d * b[is] of the scalar form. All 16
+            // in one vector of 16 lanes; with 8 lanes the 8 of each half of the super-block, which are all that
+            // half uses.
             FloatVector scales = ((FloatVector) ByteVector.fromArray(KQuants.BYTES_PER_LANE, b, o + 192)
                     .convertShape(VectorOperators.B2F, sp, 0)).mul(d);
             for (int h = 0; h < 2; h++) {
                 int ql = o + 64 * h;
                 int qh = o + 128 + 32 * h;
                 int y = xOffset + k * QK + 128 * h;
-                for (int l = 0; l < 32; l += 16) {
+                if (lanes == 8 && h == 1) {
+                    scales = ((FloatVector) ByteVector.fromArray(KQuants.BYTES_PER_LANE, b, o + 200)
+                            .convertShape(VectorOperators.B2F, sp, 0)).mul(d);
+                }
+                int first = lanes == 16 ? 8 * h : 0;
+                for (int l = 0; l < 32; l += lanes) {
                     IntVector lo = KQuants.widen(b, ql + l);
                     IntVector lo2 = KQuants.widen(b, ql + l + 32);
                     IntVector hb = KQuants.widen(b, qh + l);
-                    int is = 8 * h + l / 16;
+                    int is = first + l / 16;
                     FloatVector q0 = (FloatVector) lo.and(0x0F).or(hb.and(0x03).lanewise(VectorOperators.LSHL, 4))
                             .sub(32).convert(VectorOperators.I2F, 0);
                     FloatVector q1 = (FloatVector) lo2.and(0x0F).or(hb.and(0x0C).lanewise(VectorOperators.LSHL, 2))
