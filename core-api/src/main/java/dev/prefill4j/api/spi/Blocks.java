@@ -34,6 +34,35 @@ public final class Blocks {
     private Blocks() {
     }
 
+    private static final ThreadLocal<float[]> PREPARED = ThreadLocal.withInitial(() -> new float[0]);
+
+    /**
+     * {@link Quantizer#dot} for a format that needs prepared activations: prepares {@code x} into a per-thread
+     * buffer (grown as needed, reused across calls), then calls {@link Quantizer#dotPrepared}. A format whose own
+     * {@code dot} is this gets the same product either way; a backend that multiplies one row with many weight rows
+     * prepares once and calls {@code dotPrepared} itself.
+     *
+     * @param q       the format
+     * @param src     the encoded data
+     * @param offset  byte offset of the first block
+     * @param x       the activations
+     * @param xOffset index of the first activation
+     * @param count   elements, a multiple of the block size
+     * @return the dot product
+     * @since 1.1
+     */
+    public static float dotByPreparing(Quantizer q, MemorySegment src, long offset, float[] x, int xOffset,
+                                       int count) {
+        int n = q.preparedActivations(count);
+        float[] prepared = PREPARED.get();
+        if (prepared.length < n) {
+            prepared = new float[n];
+            PREPARED.set(prepared);
+        }
+        q.prepareActivations(x, xOffset, count, prepared, 0);
+        return q.dotPrepared(src, offset, x, xOffset, prepared, 0, count);
+    }
+
     /**
      * Copies {@code bytes} bytes from {@code offset} of {@code src} into a per-thread array (grown as needed, reused
      * across calls) and returns it. Decoders work on the array with plain loops, which C2 vectorizes; per-element

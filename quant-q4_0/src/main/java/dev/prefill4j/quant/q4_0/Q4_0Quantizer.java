@@ -4,6 +4,7 @@ import dev.prefill4j.api.ApiVersion;
 import dev.prefill4j.api.spi.Blocks;
 import dev.prefill4j.api.spi.Quantizer;
 import java.lang.foreign.MemorySegment;
+import java.nio.ByteOrder;
 import java.util.OptionalInt;
 import jdk.incubator.vector.ByteVector;
 import jdk.incubator.vector.FloatVector;
@@ -29,6 +30,7 @@ public final class Q4_0Quantizer implements Quantizer {
             VectorSpecies.of(byte.class, VectorShape.forBitSize(FLOATS.length() * 8));
     static final VectorSpecies<Integer> INTS = VectorSpecies.of(int.class, FLOATS.vectorShape());
     static final int QK = 32;
+    private static final ByteOrder LE = ByteOrder.LITTLE_ENDIAN;
     static final int BYTES = 18;
 
     @Override public String id() { return "q4_0"; }
@@ -77,59 +79,92 @@ public final class Q4_0Quantizer implements Quantizer {
         }
     }
 
+    /** One float per block: the sum of its 32 activations, for the {@code -8} of every weight ({@link #dotPrepared}). */
+    @Override
+    public int preparedActivations(int count) {
+        Blocks.checkCount(count, QK, id());
+        return count / QK;
+    }
+
+    /** Each block's sum of activations, vector lanes added lane-wise, then by {@link Lanes#sum}'s fixed tree. */
+    @Override
+    public void prepareActivations(float[] x, int xOffset, int count, float[] prepared, int preparedOffset) {
+        Blocks.checkCount(count, QK, id());
+        for (int k = 0; k < count / QK; k++) {
+            FloatVector sum = FloatVector.zero(FLOATS);
+            for (int j = 0; j < QK; j += FLOATS.length()) {
+                sum = sum.add(FloatVector.fromArray(FLOATS, x, xOffset + k * QK + j));
+            }
+            prepared[preparedOffset + k] = Lanes.sum(sum);
+        }
+    }
+
+    /** Prepares {@code x} in a per-thread buffer, then {@link #dotPrepared} ({@link Blocks#dotByPreparing}). */
+    @Override
+    public float dot(MemorySegment src, long offset, float[] x, int xOffset, int count) {
+        return Blocks.dotByPreparing(this, src, offset, x, xOffset, count);
+    }
+
     /**
-     * Vectorized and fused: per block, the nibbles are widened to ints and converted to floats in registers and
-     * multiplied with the activations; the block sum is scaled by {@code d} into one of two accumulators (even and
-     * odd blocks, two independent chains), whose lanes are added in a fixed order at the end. Widening bytes to ints
-     * before splitting the nibbles measured 1.4x faster than splitting them as bytes (no byte shifts on x86); widening
-     * with zero extension (the high nibble is then a plain shift, no mask) and a loop over pairs of blocks, whose
-     * indices the JIT proves in bounds once, measured 1.11x faster again per 2,048-element row (1.26x together with
-     * the single 16-bit load of {@link Blocks#fp16(byte[], int)}), with the same bits. A row with an odd number of
+     * Vectorized and fused, read straight from the mapping: per block the nibbles are widened to ints, converted to
+     * floats, multiplied by the block's {@code d} and accumulated against the activations ({@code sum q * d * x}); the
+     * {@code -8} of every weight comes once per block as {@code -8 * d * sum(x)} from the prepared sums, in a scalar
+     * running sum. Blocks go in pairs, each nibble half of each into its own accumulator (four independent chains),
+     * lanes added in a fixed order at the end. Against the earlier form (row staged into an array, {@code q - 8}
+     * per weight, each block's products summed before one multiply by {@code d}), one thread on a Zen 3 VM
+     * (AVX2), 2,048-element rows, medians of 12 in-process rounds: 1.5x with rows streamed from memory (8.5 vs 5.3 G
+     * weights/s), 1.13x with rows in L2. Reading the mapping directly lets the loads of the next cache lines overlap
+     * the arithmetic, where the staging copy of each row waited for all of it first. A row with an odd number of
      * blocks has its last one summed in scalar code.
      */
     @Override
-    public float dot(MemorySegment src, long offset, float[] x, int xOffset, int count) {
+    public float dotPrepared(MemorySegment src, long offset, float[] x, int xOffset, float[] prepared,
+                             int preparedOffset, int count) {
         Blocks.checkCount(count, QK, id());
-        FloatVector even = FloatVector.zero(FLOATS);
-        FloatVector odd = even;
         int blocks = count / QK;
-        byte[] bytes = Blocks.stage(src, offset, blocks * BYTES);
+        MemorySegment row = src.asSlice(offset, (long) blocks * BYTES);
+        FloatVector lo0 = FloatVector.zero(FLOATS);
+        FloatVector hi0 = lo0;
+        FloatVector lo1 = lo0;
+        FloatVector hi1 = lo0;
+        float minus8 = 0;
         // Both blocks of a pair written out here, not in a helper that returns a vector: C2 sometimes compiled such a
         // helper on its own (when it had inlined this method into a caller and ran out of inlining budget), each call
         // then boxed its result, and decode of the 1B model ran at about half speed in those processes.
         for (int p = 0, pairs = blocks / 2; p < pairs; p++) {
-            int o = p * 2 * BYTES;
+            long o = (long) p * 2 * BYTES;
             int base = xOffset + p * 2 * QK;
-            FloatVector s0 = FloatVector.zero(FLOATS);
-            FloatVector s1 = s0;
+            float d0 = Blocks.fp16(row, o);
+            float d1 = Blocks.fp16(row, o + BYTES);
+            minus8 += d0 * prepared[preparedOffset + 2 * p] + d1 * prepared[preparedOffset + 2 * p + 1];
+            FloatVector dv0 = FloatVector.broadcast(FLOATS, d0);
+            FloatVector dv1 = FloatVector.broadcast(FLOATS, d1);
             for (int j = 0; j < 16; j += FLOATS.length()) {
-                IntVector q0 = (IntVector) ByteVector.fromArray(BYTES_PER_LANE, bytes, o + 2 + j)
+                IntVector q0 = (IntVector) ByteVector.fromMemorySegment(BYTES_PER_LANE, row, o + 2 + j, LE)
                         .convertShape(VectorOperators.ZERO_EXTEND_B2I, INTS, 0);
-                IntVector q1 = (IntVector) ByteVector.fromArray(BYTES_PER_LANE, bytes, o + BYTES + 2 + j)
+                IntVector q1 = (IntVector) ByteVector.fromMemorySegment(BYTES_PER_LANE, row, o + BYTES + 2 + j, LE)
                         .convertShape(VectorOperators.ZERO_EXTEND_B2I, INTS, 0);
-                s0 = ((FloatVector) q0.and(0x0F).sub(8).convert(VectorOperators.I2F, 0))
-                        .fma(FloatVector.fromArray(FLOATS, x, base + j), s0);
-                s0 = ((FloatVector) q0.lanewise(VectorOperators.LSHR, 4).sub(8).convert(VectorOperators.I2F, 0))
-                        .fma(FloatVector.fromArray(FLOATS, x, base + 16 + j), s0);
-                s1 = ((FloatVector) q1.and(0x0F).sub(8).convert(VectorOperators.I2F, 0))
-                        .fma(FloatVector.fromArray(FLOATS, x, base + QK + j), s1);
-                s1 = ((FloatVector) q1.lanewise(VectorOperators.LSHR, 4).sub(8).convert(VectorOperators.I2F, 0))
-                        .fma(FloatVector.fromArray(FLOATS, x, base + QK + 16 + j), s1);
+                lo0 = ((FloatVector) q0.and(0x0F).convert(VectorOperators.I2F, 0)).mul(dv0)
+                        .fma(FloatVector.fromArray(FLOATS, x, base + j), lo0);
+                hi0 = ((FloatVector) q0.lanewise(VectorOperators.LSHR, 4).convert(VectorOperators.I2F, 0)).mul(dv0)
+                        .fma(FloatVector.fromArray(FLOATS, x, base + 16 + j), hi0);
+                lo1 = ((FloatVector) q1.and(0x0F).convert(VectorOperators.I2F, 0)).mul(dv1)
+                        .fma(FloatVector.fromArray(FLOATS, x, base + QK + j), lo1);
+                hi1 = ((FloatVector) q1.lanewise(VectorOperators.LSHR, 4).convert(VectorOperators.I2F, 0)).mul(dv1)
+                        .fma(FloatVector.fromArray(FLOATS, x, base + QK + 16 + j), hi1);
             }
-            even = s0.fma(FloatVector.broadcast(FLOATS, Blocks.fp16(bytes, o)), even);
-            odd = s1.fma(FloatVector.broadcast(FLOATS, Blocks.fp16(bytes, o + BYTES)), odd);
         }
         float last = 0;
         if (blocks % 2 != 0) { // rows of an odd number of blocks: the last one in scalar code
-            int o = (blocks - 1) * BYTES;
+            long o = (long) (blocks - 1) * BYTES;
             int base = xOffset + (blocks - 1) * QK;
             for (int j = 0; j < 16; j++) {
-                int q = bytes[o + 2 + j] & 0xFF;
+                int q = Blocks.u8(row, o + 2 + j);
                 last += ((q & 0x0F) - 8) * x[base + j] + ((q >>> 4) - 8) * x[base + 16 + j];
             }
-            last *= Blocks.fp16(bytes, o);
+            last *= Blocks.fp16(row, o);
         }
-        return Lanes.sum(even.add(odd)) + last;
+        return Lanes.sum(lo0.add(hi0).add(lo1.add(hi1))) - 8 * minus8 + last;
     }
 
     /** The value of largest magnitude in a 32-element block, sign kept; the first wins ties (ggml's scan order). */

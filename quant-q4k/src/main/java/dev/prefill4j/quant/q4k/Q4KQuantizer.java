@@ -90,20 +90,11 @@ public final class Q4KQuantizer implements Quantizer {
         }
     }
 
-    /** Prepares {@code x} in a per-thread buffer, then {@link #dotPrepared}. */
+    /** Prepares {@code x} in a per-thread buffer, then {@link #dotPrepared} ({@link Blocks#dotByPreparing}). */
     @Override
     public float dot(MemorySegment src, long offset, float[] x, int xOffset, int count) {
-        float[] prepared = PREPARED.get();
-        int n = preparedActivations(count);
-        if (prepared.length < n) {
-            prepared = new float[n];
-            PREPARED.set(prepared);
-        }
-        prepareActivations(x, xOffset, count, prepared, 0);
-        return dotPrepared(src, offset, x, xOffset, prepared, 0, count);
+        return Blocks.dotByPreparing(this, src, offset, x, xOffset, count);
     }
-
-    private static final ThreadLocal<float[]> PREPARED = ThreadLocal.withInitial(() -> new float[0]);
 
     /**
      * Fused, nothing decoded to memory: per sub-block of 32, {@code sum(q * x)} in vector lanes (the nibbles widened
