@@ -4,6 +4,7 @@ import dev.prefill4j.api.ApiVersion;
 import dev.prefill4j.api.spi.Blocks;
 import dev.prefill4j.api.spi.Quantizer;
 import java.lang.foreign.MemorySegment;
+import java.nio.ByteOrder;
 import java.util.OptionalInt;
 import jdk.incubator.vector.ByteVector;
 import jdk.incubator.vector.FloatVector;
@@ -81,32 +82,51 @@ public final class Q8_0Quantizer implements Quantizer {
         }
     }
 
-    /** Vectorized and fused: int8 widened to floats in registers, block sums scaled into two accumulators. */
+    /**
+     * Vectorized and fused, read straight from the mapping: int8 widened to floats in registers, each times its
+     * block's {@code d}, against the activations into four accumulators (two per block of a pair), lanes added in a
+     * fixed order at the end. A row with an odd number of blocks has its last one summed in scalar code.
+     */
     @Override
     public float dot(MemorySegment src, long offset, float[] x, int xOffset, int count) {
         Blocks.checkCount(count, QK, id());
         int blocks = count / QK;
-        byte[] b = Blocks.stage(src, offset, blocks * BLOCK_BYTES);
+        MemorySegment row = src.asSlice(offset, (long) blocks * BLOCK_BYTES);
         var floats = FusedDot.FLOATS;
-        FloatVector even = FloatVector.zero(floats);
-        FloatVector odd = even;
-        for (int k = 0; k < blocks; k++) {
-            int o = k * BLOCK_BYTES;
-            int base = xOffset + k * QK;
-            FloatVector s = FloatVector.zero(floats);
-            for (int j = 0; j < QK; j += floats.length()) {
-                // Widened to ints, then converted: measured faster than the direct byte-to-float conversion.
-                FloatVector q = (FloatVector) ByteVector.fromArray(QUANTS, b, o + 2 + j)
-                        .convertShape(VectorOperators.B2I, INTS, 0).convert(VectorOperators.I2F, 0);
-                s = q.fma(FloatVector.fromArray(floats, x, base + j), s);
-            }
-            FloatVector d = FloatVector.broadcast(floats, Blocks.fp16(b, o));
-            if ((k & 1) == 0) {
-                even = s.fma(d, even);
-            } else {
-                odd = s.fma(d, odd);
+        int l = floats.length();
+        FloatVector a0 = FloatVector.zero(floats);
+        FloatVector a1 = a0;
+        FloatVector a2 = a0;
+        FloatVector a3 = a0;
+        for (int p = 0, pairs = blocks / 2; p < pairs; p++) {
+            long o = (long) p * 2 * BLOCK_BYTES;
+            int base = xOffset + p * 2 * QK;
+            FloatVector d0 = FloatVector.broadcast(floats, Blocks.fp16(row, o));
+            FloatVector d1 = FloatVector.broadcast(floats, Blocks.fp16(row, o + BLOCK_BYTES));
+            for (int j = 0; j < QK; j += 2 * l) {
+                a0 = widen(row, o + 2 + j).mul(d0).fma(FloatVector.fromArray(floats, x, base + j), a0);
+                a1 = widen(row, o + 2 + j + l).mul(d0).fma(FloatVector.fromArray(floats, x, base + j + l), a1);
+                a2 = widen(row, o + BLOCK_BYTES + 2 + j).mul(d1)
+                        .fma(FloatVector.fromArray(floats, x, base + QK + j), a2);
+                a3 = widen(row, o + BLOCK_BYTES + 2 + j + l).mul(d1)
+                        .fma(FloatVector.fromArray(floats, x, base + QK + j + l), a3);
             }
         }
-        return FusedDot.sum(even.add(odd));
+        float last = 0;
+        if (blocks % 2 != 0) {
+            long o = (long) (blocks - 1) * BLOCK_BYTES;
+            int base = xOffset + (blocks - 1) * QK;
+            for (int j = 0; j < QK; j++) {
+                last += row.get(Blocks.I8, o + 2 + j) * x[base + j];
+            }
+            last *= Blocks.fp16(row, o);
+        }
+        return FusedDot.sum(a0.add(a1).add(a2.add(a3))) + last;
+    }
+
+    /** Int8 quants at {@code at} as float lanes (widened to ints first: faster than the byte-to-float conversion). */
+    private static FloatVector widen(MemorySegment row, long at) {
+        return (FloatVector) ByteVector.fromMemorySegment(QUANTS, row, at, ByteOrder.LITTLE_ENDIAN)
+                .convertShape(VectorOperators.B2I, INTS, 0).convert(VectorOperators.I2F, 0);
     }
 }
