@@ -86,19 +86,26 @@ public final class TQ2_0Quantizer extends TernaryQuantizer {
         for (int k = 0; k < blocks; k++) {
             int o = k * BYTES;
             int base = xOffset + k * Ternary.QK;
-            FloatVector s = FloatVector.zero(floats);
+            FloatVector s0 = FloatVector.zero(floats);
+            FloatVector s1 = s0;
+            FloatVector s2 = s0;
+            FloatVector s3 = s0;
             for (int c = 0; c < 2; c++) {
                 for (int m = 0; m < 32; m += lanes) {
                     IntVector packed = (IntVector) ByteVector.fromArray(Ternary.TRIT_LANES, b, o + 32 * c + m)
                             .convertShape(VectorOperators.ZERO_EXTEND_B2I, Ternary.INTS, 0);
-                    for (int n = 0; n < 4; n++) {
-                        FloatVector t = packed.lanewise(VectorOperators.LSHR, 2 * n).selectFrom(Ternary.SIGNS)
-                                .reinterpretAsFloats();
-                        s = t.fma(FloatVector.fromArray(floats, x, base + 128 * c + 32 * n + m), s);
-                    }
+                    int e = base + 128 * c + m;
+                    s0 = packed.selectFrom(Ternary.SIGNS).reinterpretAsFloats()
+                            .fma(FloatVector.fromArray(floats, x, e), s0);
+                    s1 = packed.lanewise(VectorOperators.LSHR, 2).selectFrom(Ternary.SIGNS).reinterpretAsFloats()
+                            .fma(FloatVector.fromArray(floats, x, e + 32), s1);
+                    s2 = packed.lanewise(VectorOperators.LSHR, 4).selectFrom(Ternary.SIGNS).reinterpretAsFloats()
+                            .fma(FloatVector.fromArray(floats, x, e + 64), s2);
+                    s3 = packed.lanewise(VectorOperators.LSHR, 6).selectFrom(Ternary.SIGNS).reinterpretAsFloats()
+                            .fma(FloatVector.fromArray(floats, x, e + 96), s3);
                 }
             }
-            acc = s.fma(FloatVector.broadcast(floats, Blocks.fp16(b, o + 64)), acc);
+            acc = s0.add(s1).add(s2.add(s3)).fma(FloatVector.broadcast(floats, Blocks.fp16(b, o + 64)), acc);
         }
         return Ternary.sum(acc);
     }

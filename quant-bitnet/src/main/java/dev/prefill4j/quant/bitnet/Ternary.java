@@ -57,10 +57,12 @@ final class Ternary {
     /**
      * The fused dot product over unpacked trits (TQ1_0's): per block, the format {@code q} unpacks its trits in element
      * order ({@link TernaryQuantizer#unpack}); each vector of trits becomes -1, 0, +1 by a lane permute ({@link
-     * #SIGNS}) and is multiplied into the block's sum, in the order TQ2_0 packs them (element {@code 128c + 32n + m}
-     * for {@code c}, then {@code m} a vector at a time, then {@code n}), so the two formats give the same bits
-     * ({@link TQ2_0Quantizer#dotStaged}); the block sum is scaled by the block's {@code d}, and the lanes are added by
-     * a fixed tree ({@link #sum}). A multiply by -1, 0 or +1 is exact, so this is the masked addition and subtraction
+     * #SIGNS}) and is multiplied into one of four sums, one per {@code n}, in the order TQ2_0 packs them (element
+     * {@code 128c + 32n + m} for {@code c}, then {@code m} a vector at a time), so the two formats give the same bits
+     * ({@link TQ2_0Quantizer#dotStaged}); the block sum {@code (s0 + s1) + (s2 + s3)} is scaled by the block's {@code
+     * d}, and the lanes are added by a fixed tree ({@link #sum}). Four chains instead of one, whose 32 FMAs per block
+     * with 8-lane vectors waited on each other: TQ2_0's decode-step products took 0.75-0.8 of their time in two of
+     * three alternating pairs of processes and the same in the third (Zen 3 VM). A multiply by -1, 0 or +1 is exact, so this is the masked addition and subtraction
      * of activations that ternary weights allow, at one FMA per vector.
      */
     static float dot(byte[] staged, int blocks, TernaryQuantizer q, float[] x, int xOffset) {
@@ -73,21 +75,28 @@ final class Ternary {
             int o = k * blockBytes;
             q.unpack(staged, o, trits);
             int base = xOffset + k * QK;
-            FloatVector s = FloatVector.zero(FLOATS);
+            FloatVector s0 = FloatVector.zero(FLOATS);
+            FloatVector s1 = s0;
+            FloatVector s2 = s0;
+            FloatVector s3 = s0;
             for (int c = 0; c < 2; c++) {
                 for (int m = 0; m < 32; m += lanes) {
-                    for (int n = 0; n < 4; n++) {
-                        int e = 128 * c + 32 * n + m;
-                        FloatVector t = ((IntVector) ByteVector.fromArray(TRIT_LANES, trits, e)
-                                .convertShape(VectorOperators.ZERO_EXTEND_B2I, INTS, 0)).selectFrom(SIGNS)
-                                .reinterpretAsFloats();
-                        s = t.fma(FloatVector.fromArray(FLOATS, x, base + e), s);
-                    }
+                    int e = 128 * c + m;
+                    s0 = signs(trits, e).fma(FloatVector.fromArray(FLOATS, x, base + e), s0);
+                    s1 = signs(trits, e + 32).fma(FloatVector.fromArray(FLOATS, x, base + e + 32), s1);
+                    s2 = signs(trits, e + 64).fma(FloatVector.fromArray(FLOATS, x, base + e + 64), s2);
+                    s3 = signs(trits, e + 96).fma(FloatVector.fromArray(FLOATS, x, base + e + 96), s3);
                 }
             }
-            acc = s.fma(FloatVector.broadcast(FLOATS, Blocks.fp16(staged, o + scaleAt)), acc);
+            acc = s0.add(s1).add(s2.add(s3)).fma(FloatVector.broadcast(FLOATS, Blocks.fp16(staged, o + scaleAt)), acc);
         }
         return sum(acc);
+    }
+
+    /** {@return unpacked trits {@code trits[e..]} (0, 1, 2) as -1, 0, +1 float lanes, by the lane permute} */
+    private static FloatVector signs(byte[] trits, int e) {
+        return ((IntVector) ByteVector.fromArray(TRIT_LANES, trits, e)
+                .convertShape(VectorOperators.ZERO_EXTEND_B2I, INTS, 0)).selectFrom(SIGNS).reinterpretAsFloats();
     }
 
     /**
