@@ -604,7 +604,7 @@ final class VectorOps {
      * Twelve independent FMA chains for {@code iterations} steps: the peak-FLOP/s calibration loop. Each chain is
      * the addend ({@code a += m * c}, as in the GEMM kernels), so x86's {@code vfmadd231ps} updates it in place; with
      * the chain as the multiplicand ({@code a = a * m + c}) C2 copied {@code c} into a fresh register for every FMA
-     * and, with AVX2's 16 registers, spilled chains to the stack: 60-82 GFLOP/s per core against 93-100 of the same
+     * and, with AVX2's 16 registers, spilled chains to the stack: 60-82 GFLOP/s per core against 89-100 of the same
      * loop in C on the same (Zen 3) core, so the percentages of peak came out too high.
      */
     static float fmaChains(int iterations) {

@@ -61,8 +61,8 @@ final class Ternary {
      * {@code 128c + 32n + m} for {@code c}, then {@code m} a vector at a time), so the two formats give the same bits
      * ({@link TQ2_0Quantizer#dotStaged}); the block sum {@code (s0 + s1) + (s2 + s3)} is scaled by the block's {@code
      * d}, and the lanes are added by a fixed tree ({@link #sum}). Four chains instead of one, whose 32 FMAs per block
-     * with 8-lane vectors waited on each other: TQ2_0's decode-step products took 0.75-0.8 of their time in two of
-     * three alternating pairs of processes and the same in the third (Zen 3 VM). A multiply by -1, 0 or +1 is exact, so this is the masked addition and subtraction
+     * with 8-lane vectors waited on each other: TQ2_0's gate/up products took 0.77 and 0.83 of their time in two of
+     * three alternating pairs of processes and 1.03 in the third (Zen 3 VM). A multiply by -1, 0 or +1 is exact, so this is the masked addition and subtraction
      * of activations that ternary weights allow, at one FMA per vector.
      */
     static float dot(byte[] staged, int blocks, TernaryQuantizer q, float[] x, int xOffset) {
