@@ -1,7 +1,6 @@
 package dev.prefill4j.engine;
 
 import dev.prefill4j.engine.model.LlamaConfig;
-import java.lang.foreign.Arena;
 import java.lang.foreign.MemorySegment;
 import java.util.concurrent.atomic.AtomicReference;
 
@@ -33,7 +32,10 @@ final class Workspace {
     final float[] up;
     /** {@code null} unless the shape asks for it. */
     final float[] quantized;
-    /** {@code null} unless the shape asks for it. */
+    /**
+     * {@code null} unless the shape asks for it. Over a {@code byte[]}, so that formats' encoded dot products index
+     * the array ({@link dev.prefill4j.api.spi.Blocks#heapBytes}).
+     */
     final MemorySegment encoded;
 
     private Workspace(Shape s) {
@@ -48,7 +50,7 @@ final class Workspace {
         this.gate = new float[n * s.ffnDim()];
         this.up = s.up() ? new float[n * s.ffnDim()] : null;
         this.quantized = s.quantizedFloats() > 0 ? new float[s.quantizedFloats()] : null;
-        this.encoded = s.encodedBytes() > 0 ? Arena.ofAuto().allocate(s.encodedBytes()) : null;
+        this.encoded = s.encodedBytes() > 0 ? MemorySegment.ofArray(new byte[Math.toIntExact(s.encodedBytes())]) : null;
     }
 
     /**

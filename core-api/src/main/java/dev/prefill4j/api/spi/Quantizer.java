@@ -175,9 +175,12 @@ public interface Quantizer extends Plugin {
     /**
      * The dot product of {@code count} weights with {@code count} activations encoded in the format named by
      * {@link #activationFormat()} (or by {@link #tokenActivationFormat()}, which has its layout): {@code sum(decode(src)[i] * decodeActivations(act)[i])}. Within a block the
-     * products of the integer codes are summed exactly; each block's integer sum times its two scales is exact in
-     * double precision, and the blocks are added in double, so the result differs from the exact dot product of the
-     * decoded values by double rounding only. Only called when {@link #hasEncodedDot()} is {@code true}.
+     * products of the integer codes are summed exactly; each block's integer sum is multiplied by its two scales and
+     * the blocks are added either in double (the result then differs from the exact dot product of the decoded values
+     * by double rounding only) or in float lanes, as llama.cpp's x86 kernels add them (one float rounding per block
+     * and lane); the format's documentation says which. The engine hands activations over in a heap segment over a
+     * {@code byte[]} ({@link Blocks#heapBytes}); other segments must work too. Only called when {@link
+     * #hasEncodedDot()} is {@code true}.
      *
      * @param src       the encoded weights
      * @param offset    byte offset of the first weight block

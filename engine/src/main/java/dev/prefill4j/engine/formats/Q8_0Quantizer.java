@@ -8,6 +8,8 @@ import java.nio.ByteOrder;
 import java.util.OptionalInt;
 import jdk.incubator.vector.ByteVector;
 import jdk.incubator.vector.FloatVector;
+import jdk.incubator.vector.IntVector;
+import jdk.incubator.vector.ShortVector;
 import jdk.incubator.vector.VectorOperators;
 import jdk.incubator.vector.VectorShape;
 import jdk.incubator.vector.VectorSpecies;
@@ -23,6 +25,11 @@ import jdk.incubator.vector.VectorSpecies;
 public final class Q8_0Quantizer implements Quantizer {
     static final int QK = 32;
     static final int BLOCK_BYTES = 34;
+    /** Sixteen int16 lanes (half a block) for {@link #dotEncoded} where vectors have 256 bits or more. */
+    private static final VectorSpecies<Short> SHORTS =
+            FloatVector.SPECIES_PREFERRED.vectorBitSize() >= 256 ? ShortVector.SPECIES_256 : null;
+    private static final VectorSpecies<Byte> BYTES_128 = ByteVector.SPECIES_128;
+    private static final VectorSpecies<Float> FLOATS_256 = FloatVector.SPECIES_256;
     /** Bytes in vectors with as many lanes as {@link FusedDot#FLOATS}. */
     private static final VectorSpecies<Byte> QUANTS =
             VectorSpecies.of(byte.class, VectorShape.forBitSize(FusedDot.FLOATS.length() * 8));
@@ -128,5 +135,89 @@ public final class Q8_0Quantizer implements Quantizer {
     private static FloatVector widen(MemorySegment row, long at) {
         return (FloatVector) ByteVector.fromMemorySegment(QUANTS, row, at, ByteOrder.LITTLE_ENDIAN)
                 .convertShape(VectorOperators.B2I, INTS, 0).convert(VectorOperators.I2F, 0);
+    }
+
+    /** Q8_0 multiplies {@code q8_0-activations} codes in integer lanes ({@link #dotEncoded}). */
+    @Override
+    public boolean hasEncodedDot() {
+        return true;
+    }
+
+    /**
+     * {@code sum_blocks d_w * d_x * sum(q * x)} over {@code q8_0-activations} blocks, each block's integer sum exact.
+     * With activations in a heap segment ({@link Blocks#heapBytes}) and 256-bit vectors, {@link #dotInt16} (blocks
+     * added in float lanes, as llama.cpp's x86 dot adds them); otherwise the same integers in scalar code, in double.
+     */
+    @Override
+    public double dotEncoded(MemorySegment src, long offset, MemorySegment act, long actOffset, int count) {
+        Blocks.checkCount(count, QK, id());
+        int blocks = count / QK;
+        byte[] a = Blocks.heapBytes(act);
+        if (a != null && SHORTS != null) {
+            return dotInt16(src.asSlice(offset, (long) blocks * BLOCK_BYTES), a,
+                    Math.toIntExact(act.address() + actOffset), blocks);
+        }
+        double sum = 0;
+        for (int k = 0; k < blocks; k++) {
+            long o = offset + (long) k * BLOCK_BYTES;
+            long x = actOffset + (long) k * BLOCK_BYTES;
+            int isum = 0;
+            for (int j = 0; j < QK; j++) {
+                isum += src.get(Blocks.I8, o + 2 + j) * act.get(Blocks.I8, x + 2 + j);
+            }
+            sum += (double) Blocks.fp16(src, o) * Blocks.fp16(act, x) * isum;
+        }
+        return sum;
+    }
+
+    /**
+     * The vector form of {@link #dotEncoded}, two blocks an iteration: each block's two halves of 16 codes widened to
+     * int16 lanes times the activations' (products at most 128 * 127, two added per lane: below 2^15 since activation
+     * codes stay within [-127, 127]); each int lane then adds its two int16 halves, both sign-extended first ({@code
+     * ((v << 16) >> 16) + (v >> 16)}: their sum can pass 2^15, where Q4_0's cheaper {@code (v + (v << 16)) >> 16}
+     * would wrap), is converted to float and accumulated times {@code d_w * d_x}.
+     */
+    private static float dotInt16(MemorySegment row, byte[] a, int at, int blocks) {
+        var s = SHORTS;
+        FloatVector acc0 = FloatVector.zero(FLOATS_256);
+        FloatVector acc1 = acc0;
+        int pairs = blocks / 2;
+        for (int p = 0; p < pairs; p++) {
+            long o = (long) p * 2 * BLOCK_BYTES;
+            int x = at + p * 2 * BLOCK_BYTES;
+            float d0 = Blocks.fp16(row, o) * Blocks.fp16(a, x);
+            float d1 = Blocks.fp16(row, o + BLOCK_BYTES) * Blocks.fp16(a, x + BLOCK_BYTES);
+            IntVector v0 = ((ShortVector) ByteVector.fromMemorySegment(BYTES_128, row, o + 2, ByteOrder.LITTLE_ENDIAN)
+                    .convertShape(VectorOperators.B2S, s, 0))
+                    .mul((ShortVector) ByteVector.fromArray(BYTES_128, a, x + 2).convertShape(VectorOperators.B2S, s, 0))
+                    .add(((ShortVector) ByteVector.fromMemorySegment(BYTES_128, row, o + 18, ByteOrder.LITTLE_ENDIAN)
+                            .convertShape(VectorOperators.B2S, s, 0))
+                            .mul((ShortVector) ByteVector.fromArray(BYTES_128, a, x + 18)
+                                    .convertShape(VectorOperators.B2S, s, 0))).reinterpretAsInts();
+            acc0 = ((FloatVector) v0.lanewise(VectorOperators.LSHL, 16).lanewise(VectorOperators.ASHR, 16).add(v0.lanewise(VectorOperators.ASHR, 16))
+                    .convert(VectorOperators.I2F, 0)).fma(FloatVector.broadcast(FLOATS_256, d0), acc0);
+            long o1 = o + BLOCK_BYTES;
+            int x1 = x + BLOCK_BYTES;
+            IntVector v1 = ((ShortVector) ByteVector.fromMemorySegment(BYTES_128, row, o1 + 2, ByteOrder.LITTLE_ENDIAN)
+                    .convertShape(VectorOperators.B2S, s, 0))
+                    .mul((ShortVector) ByteVector.fromArray(BYTES_128, a, x1 + 2).convertShape(VectorOperators.B2S, s, 0))
+                    .add(((ShortVector) ByteVector.fromMemorySegment(BYTES_128, row, o1 + 18, ByteOrder.LITTLE_ENDIAN)
+                            .convertShape(VectorOperators.B2S, s, 0))
+                            .mul((ShortVector) ByteVector.fromArray(BYTES_128, a, x1 + 18)
+                                    .convertShape(VectorOperators.B2S, s, 0))).reinterpretAsInts();
+            acc1 = ((FloatVector) v1.lanewise(VectorOperators.LSHL, 16).lanewise(VectorOperators.ASHR, 16).add(v1.lanewise(VectorOperators.ASHR, 16))
+                    .convert(VectorOperators.I2F, 0)).fma(FloatVector.broadcast(FLOATS_256, d1), acc1);
+        }
+        float last = 0;
+        if (blocks % 2 != 0) { // an odd last block in scalar code
+            long o = (long) (blocks - 1) * BLOCK_BYTES;
+            int x = at + (blocks - 1) * BLOCK_BYTES;
+            int isum = 0;
+            for (int j = 0; j < QK; j++) {
+                isum += row.get(Blocks.I8, o + 2 + j) * a[x + 2 + j];
+            }
+            last = Blocks.fp16(row, o) * Blocks.fp16(a, x) * isum;
+        }
+        return FusedDot.sum256(acc0.add(acc1)) + last;
     }
 }

@@ -5,11 +5,13 @@ import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import dev.prefill4j.api.spi.Quantizer;
+import dev.prefill4j.api.testkit.QuantizerTestKit;
 import java.lang.foreign.Arena;
 import java.lang.foreign.MemorySegment;
 import java.lang.foreign.ValueLayout;
 import java.nio.ByteOrder;
 import java.util.Arrays;
+import java.util.List;
 import java.util.SplittableRandom;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.params.ParameterizedTest;
@@ -183,5 +185,15 @@ class FormatsTest {
             mag += Math.abs((double) y[i + 1] * a[i]);
         }
         assertEquals(ref, q.dot(enc, 0, a, 0, n), mag * 1e-5, id + " dot");
+    }
+
+    /**
+     * The plugin kit on Q8_0: round trip, dot, and the encoded dot product over {@code q8_0-activations} (native and
+     * heap-backed) against FP64. Tolerances: half a level (d = max/127) plus the fp16 rounding of d (up to 2^-11 of
+     * max at level 127). No backend is on this module's test path, so the kit's GEMM check runs in the tests module.
+     */
+    @Test
+    void q8_0PassesTheKit() {
+        assertEquals(List.of(), QuantizerTestKit.verify(new Q8_0Quantizer(), new QuantizerTestKit.Tolerance(1.13 / 254, 1e-5)));
     }
 }

@@ -9,6 +9,7 @@ import java.util.OptionalInt;
 import jdk.incubator.vector.ByteVector;
 import jdk.incubator.vector.FloatVector;
 import jdk.incubator.vector.IntVector;
+import jdk.incubator.vector.ShortVector;
 import jdk.incubator.vector.VectorOperators;
 import jdk.incubator.vector.VectorShape;
 import jdk.incubator.vector.VectorSpecies;
@@ -29,6 +30,17 @@ public final class Q4_0Quantizer implements Quantizer {
     static final VectorSpecies<Byte> BYTES_PER_LANE =
             VectorSpecies.of(byte.class, VectorShape.forBitSize(FLOATS.length() * 8));
     static final VectorSpecies<Integer> INTS = VectorSpecies.of(int.class, FLOATS.vectorShape());
+    /**
+     * Sixteen int16 lanes (a block's half) for {@link #dotEncoded}, where vectors have 256 bits or more (AVX2,
+     * AVX-512); {@code null} elsewhere, where the scalar form runs.
+     */
+    static final VectorSpecies<Short> SHORTS =
+            FloatVector.SPECIES_PREFERRED.vectorBitSize() >= 256 ? ShortVector.SPECIES_256 : null;
+    static final VectorSpecies<Byte> BYTES_128 = ByteVector.SPECIES_128;
+    static final VectorSpecies<Integer> INTS_256 = IntVector.SPECIES_256;
+    static final VectorSpecies<Float> FLOATS_256 = FloatVector.SPECIES_256;
+    /** Bytes of a {@code q8_0-activations} block: fp16 {@code d}, then 32 int8 codes. */
+    static final int ACT_BYTES = 34;
     static final int QK = 32;
     private static final ByteOrder LE = ByteOrder.LITTLE_ENDIAN;
     static final int BYTES = 18;
@@ -190,6 +202,93 @@ public final class Q4_0Quantizer implements Quantizer {
             last *= Blocks.fp16(row, o);
         }
         return Lanes.sum(lo0.add(hi0).add(lo1.add(hi1))) - 8 * minus8 + last;
+    }
+
+    /** Q4_0 multiplies {@code q8_0-activations} codes in integer lanes ({@link #dotEncoded}). */
+    @Override
+    public boolean hasEncodedDot() {
+        return true;
+    }
+
+    /**
+     * {@code sum_blocks d_w * d_x * sum((q - 8) * x)} over {@code q8_0-activations} blocks, as llama.cpp's x86 dot
+     * computes it: each block's integer sum exact, times the product of the two fp16 scales (exact in float), added in
+     * float lanes. Activations in a heap segment ({@link Blocks#heapBytes}) with 256-bit vectors take the vector form
+     * ({@link #dotInt16}); others the scalar form, the same integers added in double.
+     */
+    @Override
+    public double dotEncoded(MemorySegment src, long offset, MemorySegment act, long actOffset, int count) {
+        Blocks.checkCount(count, QK, id());
+        int blocks = count / QK;
+        byte[] a = Blocks.heapBytes(act);
+        if (a != null && SHORTS != null) {
+            return dotInt16(src.asSlice(offset, (long) blocks * BYTES), a, Math.toIntExact(act.address() + actOffset),
+                    blocks);
+        }
+        double sum = 0;
+        for (int k = 0; k < blocks; k++) {
+            long o = offset + (long) k * BYTES;
+            long x = actOffset + (long) k * ACT_BYTES;
+            int isum = 0;
+            for (int j = 0; j < 16; j++) {
+                int q = Blocks.u8(src, o + 2 + j);
+                isum += ((q & 0x0F) - 8) * act.get(Blocks.I8, x + 2 + j) + ((q >>> 4) - 8) * act.get(Blocks.I8, x + 18 + j);
+            }
+            sum += (double) Blocks.fp16(src, o) * Blocks.fp16(act, x) * isum;
+        }
+        return sum;
+    }
+
+    /**
+     * The vector form of {@link #dotEncoded}, two blocks an iteration. A block's 16 bytes widen to 16 int16 lanes; the
+     * low and high nibbles less 8 times the 32 int8 codes (widened likewise) are int16 products of at most 8 * 128 in
+     * magnitude, two added per lane; each int lane then adds its two int16 halves ({@code (v + (v << 16)) >> 16}:
+     * exact, the sum is below 2^15), is converted to float and accumulated times {@code d_w * d_x}. The API has no
+     * {@code vpmaddwd}/{@code vpmaddubsw}, but int16 lanes do 16 products an instruction where float lanes do 8: one
+     * thread on a Zen 3 VM (AVX2), 2,048-element rows, 1.35-1.6x the float {@link #dotPrepared} in-process (rows in
+     * L2 or streamed alike). Activations come as an array: read through a segment, 0.75x of that.
+     */
+    private static float dotInt16(MemorySegment row, byte[] a, int at, int blocks) {
+        var s = SHORTS;
+        FloatVector acc0 = FloatVector.zero(FLOATS_256);
+        FloatVector acc1 = acc0;
+        int pairs = blocks / 2;
+        for (int p = 0; p < pairs; p++) {
+            long o = (long) p * 2 * BYTES;
+            int x = at + p * 2 * ACT_BYTES;
+            float d0 = Blocks.fp16(row, o) * Blocks.fp16(a, x);
+            float d1 = Blocks.fp16(row, o + BYTES) * Blocks.fp16(a, x + ACT_BYTES);
+            ShortVector w0 = (ShortVector) ByteVector.fromMemorySegment(BYTES_128, row, o + 2, LE)
+                    .convertShape(VectorOperators.ZERO_EXTEND_B2S, s, 0);
+            ShortVector lo0 = (ShortVector) ByteVector.fromArray(BYTES_128, a, x + 2).convertShape(VectorOperators.B2S, s, 0);
+            ShortVector hi0 = (ShortVector) ByteVector.fromArray(BYTES_128, a, x + 18).convertShape(VectorOperators.B2S, s, 0);
+            IntVector v0 = w0.and((short) 0x0F).sub((short) 8).mul(lo0)
+                    .add(w0.lanewise(VectorOperators.LSHR, 4).sub((short) 8).mul(hi0)).reinterpretAsInts();
+            acc0 = ((FloatVector) v0.add(v0.lanewise(VectorOperators.LSHL, 16)).lanewise(VectorOperators.ASHR, 16)
+                    .convert(VectorOperators.I2F, 0)).fma(FloatVector.broadcast(FLOATS_256, d0), acc0);
+            ShortVector w1 = (ShortVector) ByteVector.fromMemorySegment(BYTES_128, row, o + BYTES + 2, LE)
+                    .convertShape(VectorOperators.ZERO_EXTEND_B2S, s, 0);
+            ShortVector lo1 = (ShortVector) ByteVector.fromArray(BYTES_128, a, x + ACT_BYTES + 2)
+                    .convertShape(VectorOperators.B2S, s, 0);
+            ShortVector hi1 = (ShortVector) ByteVector.fromArray(BYTES_128, a, x + ACT_BYTES + 18)
+                    .convertShape(VectorOperators.B2S, s, 0);
+            IntVector v1 = w1.and((short) 0x0F).sub((short) 8).mul(lo1)
+                    .add(w1.lanewise(VectorOperators.LSHR, 4).sub((short) 8).mul(hi1)).reinterpretAsInts();
+            acc1 = ((FloatVector) v1.add(v1.lanewise(VectorOperators.LSHL, 16)).lanewise(VectorOperators.ASHR, 16)
+                    .convert(VectorOperators.I2F, 0)).fma(FloatVector.broadcast(FLOATS_256, d1), acc1);
+        }
+        float last = 0;
+        if (blocks % 2 != 0) { // an odd last block in scalar code
+            long o = (long) (blocks - 1) * BYTES;
+            int x = at + (blocks - 1) * ACT_BYTES;
+            int isum = 0;
+            for (int j = 0; j < 16; j++) {
+                int q = Blocks.u8(row, o + 2 + j);
+                isum += ((q & 0x0F) - 8) * a[x + 2 + j] + ((q >>> 4) - 8) * a[x + 18 + j];
+            }
+            last = Blocks.fp16(row, o) * Blocks.fp16(a, x) * isum;
+        }
+        return Lanes.sum256(acc0.add(acc1)) + last;
     }
 
     /** The value of largest magnitude in a 32-element block, sign kept; the first wins ties (ggml's scan order). */

@@ -6,6 +6,7 @@ import java.lang.foreign.MemorySegment;
 import jdk.incubator.vector.ByteVector;
 import jdk.incubator.vector.FloatVector;
 import jdk.incubator.vector.IntVector;
+import jdk.incubator.vector.ShortVector;
 import jdk.incubator.vector.VectorMask;
 import jdk.incubator.vector.VectorOperators;
 import jdk.incubator.vector.VectorShape;
@@ -24,6 +25,13 @@ final class KQuants {
     static final VectorSpecies<Byte> BYTES_PER_LANE =
             VectorSpecies.of(byte.class, VectorShape.forBitSize(FLOATS.length() * 8));
     static final VectorSpecies<Integer> INTS = VectorSpecies.of(int.class, FLOATS.vectorShape());
+    /**
+     * Sixteen int16 lanes (one Q6_K scale group, half a Q4_K sub-block's nibbles) for the encoded dot products, where vectors
+     * have 256 bits or more (AVX2, AVX-512); {@code null} elsewhere, where their scalar forms run.
+     */
+    static final VectorSpecies<Short> SHORTS =
+            FloatVector.SPECIES_PREFERRED.vectorBitSize() >= 256 ? ShortVector.SPECIES_256 : null;
+    static final VectorSpecies<Byte> BYTES_128 = ByteVector.SPECIES_128;
 
     /** Per-thread buffer of one decoded super-block for {@link #dot}. */
     private static final ThreadLocal<float[]> DECODED = ThreadLocal.withInitial(() -> new float[256]);
@@ -90,6 +98,7 @@ final class KQuants {
         v = v.add(v.rearrange(X2));
         return v.add(v.rearrange(X1)).lane(0);
     }
+
 
     /** Per-thread buffer for {@link #scalesAndMins} (the Q4_K and Q5_K decoders and the Q4_K dot). */
     static final ThreadLocal<float[]> SCALES_AND_MINS = ThreadLocal.withInitial(() -> new float[16]);

@@ -4,10 +4,12 @@ import dev.prefill4j.api.ApiVersion;
 import dev.prefill4j.api.spi.Blocks;
 import dev.prefill4j.api.spi.Quantizer;
 import java.lang.foreign.MemorySegment;
+import java.nio.ByteOrder;
 import java.util.OptionalInt;
 import jdk.incubator.vector.ByteVector;
 import jdk.incubator.vector.FloatVector;
 import jdk.incubator.vector.IntVector;
+import jdk.incubator.vector.ShortVector;
 import jdk.incubator.vector.VectorOperators;
 
 /**
@@ -18,6 +20,7 @@ import jdk.incubator.vector.VectorOperators;
 public final class Q6KQuantizer implements Quantizer {
     static final int QK = 256;
     static final int BYTES = 210;
+    private static final ByteOrder LE = ByteOrder.LITTLE_ENDIAN;
 
     @Override public String id() { return "q6_k"; }
     @Override public String apiVersion() { return ApiVersion.CURRENT; }
@@ -128,6 +131,107 @@ public final class Q6KQuantizer implements Quantizer {
             }
         }
         return KQuants.sum(a0.add(a1).add(a2.add(a3)));
+    }
+
+    /** Q6_K multiplies Q8_K activation codes in integer lanes ({@link #dotEncoded}). */
+    @Override
+    public boolean hasEncodedDot() {
+        return true;
+    }
+
+    /**
+     * {@code sum_blocks d_w * d_x * sum_g sc_g * sum((q - 32) * x)} over Q8_K activations, each super-block's integer
+     * sum exact. With activations in a heap segment ({@link Blocks#heapBytes}) and 256-bit vectors, {@link
+     * #dotInt16}; otherwise the same integers in scalar code. Either way the super-blocks are added in double.
+     */
+    @Override
+    public double dotEncoded(MemorySegment src, long offset, MemorySegment act, long actOffset, int count) {
+        Blocks.checkCount(count, QK, id());
+        int blocks = count / QK;
+        byte[] a = Blocks.heapBytes(act);
+        if (a != null && KQuants.SHORTS != null) {
+            return dotInt16(src.asSlice(offset, (long) blocks * BYTES), a, Math.toIntExact(act.address() + actOffset),
+                    blocks);
+        }
+        double sum = 0;
+        for (int k = 0; k < blocks; k++) {
+            long o = offset + (long) k * BYTES;
+            long x = actOffset + (long) k * Q8KQuantizer.BYTES;
+            long isum = 0;
+            for (int e = 0; e < QK; e++) {
+                int h = e / 128;
+                int l = e % 32;
+                int part = e % 128 / 32; // which of the four levels a ql/qh byte pair holds
+                int ql = Blocks.u8(src, o + 64 * h + l + (part % 2) * 32);
+                int qh = Blocks.u8(src, o + 128 + 32 * h + l);
+                int q = ((part < 2 ? ql & 0x0F : ql >>> 4) | ((qh >>> (2 * part)) & 3) << 4) - 32;
+                isum += (long) q * src.get(Blocks.I8, o + 192 + e / 16) * act.get(Blocks.I8, x + 4 + e);
+            }
+            sum += (double) Blocks.fp16(src, o + 208) * act.get(Blocks.F32, x) * isum;
+        }
+        return sum;
+    }
+
+    /**
+     * The vector form of {@link #dotEncoded}: 16 levels (one scale group) in int16 lanes, joined from their bits as
+     * in {@link #dot}, times 16 activation codes widened to int16 (products below 2^13 in magnitude); each int lane
+     * adds its two int16 halves ({@code (v + (v << 16)) >> 16}), is multiplied by its group's int8 scale and added to
+     * int lanes that sum the super-block (below 2^26 in magnitude). The {@code - 32} of every level is taken once per
+     * super-block from the activations' group sums: {@code 32 * sum_g sc_g * bsum_g}. The super-block's integer sum is
+     * then scaled by {@code d_w * d_x} and added in double, as in the scalar form.
+     */
+    private static double dotInt16(MemorySegment row, byte[] a, int at, int blocks) {
+        var s = KQuants.SHORTS;
+        double sum = 0;
+        for (int k = 0; k < blocks; k++) {
+            long o = (long) k * BYTES;
+            int x = at + k * Q8KQuantizer.BYTES;
+            int groups = 0;
+            for (int g = 0; g < 16; g++) {
+                groups += row.get(Blocks.I8, o + 192 + g) * Blocks.i16(a, x + 260 + 2 * g);
+            }
+            IntVector isum = IntVector.zero(IntVector.SPECIES_256);
+            for (int h = 0; h < 2; h++) {
+                long ql = o + 64 * h;
+                long qh = o + 128 + 32 * h;
+                int y = x + 4 + 128 * h;
+                long sc = o + 192 + 8 * h;
+                for (int l = 0; l < 32; l += 16) {
+                    ShortVector lo = (ShortVector) ByteVector.fromMemorySegment(KQuants.BYTES_128, row, ql + l, LE)
+                            .convertShape(VectorOperators.ZERO_EXTEND_B2S, s, 0);
+                    ShortVector lo2 = (ShortVector) ByteVector.fromMemorySegment(KQuants.BYTES_128, row, ql + l + 32, LE)
+                            .convertShape(VectorOperators.ZERO_EXTEND_B2S, s, 0);
+                    ShortVector hb = (ShortVector) ByteVector.fromMemorySegment(KQuants.BYTES_128, row, qh + l, LE)
+                            .convertShape(VectorOperators.ZERO_EXTEND_B2S, s, 0);
+                    IntVector p0 = lo.and((short) 0x0F).or(hb.and((short) 0x03).lanewise(VectorOperators.LSHL, 4))
+                            .mul((ShortVector) ByteVector.fromArray(KQuants.BYTES_128, a, y + l)
+                                    .convertShape(VectorOperators.B2S, s, 0)).reinterpretAsInts();
+                    IntVector p1 = lo2.and((short) 0x0F).or(hb.and((short) 0x0C).lanewise(VectorOperators.LSHL, 2))
+                            .mul((ShortVector) ByteVector.fromArray(KQuants.BYTES_128, a, y + l + 32)
+                                    .convertShape(VectorOperators.B2S, s, 0)).reinterpretAsInts();
+                    IntVector p2 = lo.lanewise(VectorOperators.LSHR, 4).or(hb.and((short) 0x30))
+                            .mul((ShortVector) ByteVector.fromArray(KQuants.BYTES_128, a, y + l + 64)
+                                    .convertShape(VectorOperators.B2S, s, 0)).reinterpretAsInts();
+                    IntVector p3 = lo2.lanewise(VectorOperators.LSHR, 4)
+                            .or(hb.lanewise(VectorOperators.LSHR, 2).and((short) 0x30))
+                            .mul((ShortVector) ByteVector.fromArray(KQuants.BYTES_128, a, y + l + 96)
+                                    .convertShape(VectorOperators.B2S, s, 0)).reinterpretAsInts();
+                    int is = l / 16;
+                    isum = isum.add(p0.add(p0.lanewise(VectorOperators.LSHL, 16)).lanewise(VectorOperators.ASHR, 16)
+                                    .mul(row.get(Blocks.I8, sc + is)))
+                            .add(p1.add(p1.lanewise(VectorOperators.LSHL, 16)).lanewise(VectorOperators.ASHR, 16)
+                                    .mul(row.get(Blocks.I8, sc + is + 2)))
+                            .add(p2.add(p2.lanewise(VectorOperators.LSHL, 16)).lanewise(VectorOperators.ASHR, 16)
+                                    .mul(row.get(Blocks.I8, sc + is + 4)))
+                            .add(p3.add(p3.lanewise(VectorOperators.LSHL, 16)).lanewise(VectorOperators.ASHR, 16)
+                                    .mul(row.get(Blocks.I8, sc + is + 6)));
+                }
+            }
+            // The lanes' integer sum is exact in any order; the super-block as in the scalar form, in double.
+            long isums = isum.reduceLanes(VectorOperators.ADD) - 32L * groups;
+            sum += (double) Blocks.fp16(row, o + 208) * Blocks.f32(a, x) * isums;
+        }
+        return sum;
     }
 
     @Override
