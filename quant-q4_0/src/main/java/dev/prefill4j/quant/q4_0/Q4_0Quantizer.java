@@ -37,7 +37,6 @@ public final class Q4_0Quantizer implements Quantizer {
     static final VectorSpecies<Short> SHORTS =
             FloatVector.SPECIES_PREFERRED.vectorBitSize() >= 256 ? ShortVector.SPECIES_256 : null;
     static final VectorSpecies<Byte> BYTES_128 = ByteVector.SPECIES_128;
-    static final VectorSpecies<Integer> INTS_256 = IntVector.SPECIES_256;
     static final VectorSpecies<Float> FLOATS_256 = FloatVector.SPECIES_256;
     /** Bytes of a {@code q8_0-activations} block: fp16 {@code d}, then 32 int8 codes. */
     static final int ACT_BYTES = 34;
