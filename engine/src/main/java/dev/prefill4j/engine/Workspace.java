@@ -5,8 +5,8 @@ import java.lang.foreign.MemorySegment;
 import java.util.concurrent.atomic.AtomicReference;
 
 /**
- * A session's activation buffers, sized for one chunk of tokens (34 MiB for the Llama-3.2-1B geometry at the default
- * chunk of 512). A closed session hands them to the next session its engine opens with the same shape, so opening
+ * A session's activation buffers, sized for one chunk of tokens (17 MiB for the Llama-3.2-1B geometry at the default
+ * chunk of 256). A closed session hands them to the next session its engine opens with the same shape, so opening
  * and closing sessions does not leave that much garbage on the heap each time: arrays of this size go straight to
  * the old generation, which grew from 56 to 227 MiB over a benchmark's six sessions with no full collection, all of
  * it in the process's peak resident memory (1,092 MiB for the 1B Q4_0 file; 929 MiB with the buffers reused). Contents are not cleared: every buffer is written before it is read.

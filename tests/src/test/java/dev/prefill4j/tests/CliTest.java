@@ -38,6 +38,23 @@ class CliTest {
         assertTrue(d <= 1e-4, "max |logit - llama.cpp| = " + d);
     }
 
+    /** --chunk 2 runs the prompt two tokens at a time: the same ids, logits within the same 1e-4 of llama.cpp. */
+    @Test
+    void aSmallChunkMatchesTheManifest() throws Exception {
+        Path logits = dir.resolve("chunked.f32");
+        Cli.Result r = Cli.run("run", "-m", Models.require("stories260K-F32.gguf").toString(), "-p", Models.PROMPT,
+                "-n", "32", "--temp", "0", "--kv-type", "f32", "--chunk", "2", "--json", "--logits-out",
+                logits.toString());
+        assertEquals(0, r.exit(), r.toString());
+        assertArrayEquals(Models.STORIES_F32_GREEDY, Cli.jsonIds(r.out(), "generated_ids"));
+        double d = Models.maxAbsDiff(Models.referenceLogits("stories260K-F32"), Models.readF32(logits));
+        assertTrue(d <= 1e-4, "max |logit - llama.cpp| = " + d);
+        Cli.Result bad = Cli.run("run", "-m", Models.require("stories260K-F32.gguf").toString(), "--chunk", "0");
+        assertEquals(2, bad.exit(), bad.toString()); // a usage error
+        assertTrue(bad.err().strip().equals("prefill4j: error: --chunk must be 1 or more tokens [P4J-ARG]"),
+                bad.toString());
+    }
+
     @Test
     void llama2cFormThroughTheCli() throws Exception {
         Cli.Result r = Cli.run("run", "-m", Models.require("stories260K.bin").toString(), "--tokenizer",
