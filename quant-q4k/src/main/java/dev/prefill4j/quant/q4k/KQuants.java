@@ -61,17 +61,6 @@ final class KQuants {
         return sum(acc0.add(acc1));
     }
 
-    /**
-     * For 16-lane fused dots: shuffle {@code i} repeats lane {@code i} in every lane. A dot converts a super-block's
-     * sub-block scales to one vector of floats at once and spreads each over the lanes with one permute, where a
-     * scalar conversion, multiplication and broadcast per sub-block cost a quarter of the Q6_K dot's time. An array, not a
-     * list: through {@code List.get} the shuffle's class was not known to C2, which then did not compile the permute
-     * (0.45x).
-     */
-    @SuppressWarnings("unchecked")
-    static final VectorShuffle<Float>[] LANE = java.util.stream.IntStream.range(0, FLOATS.length())
-            .mapToObj(i -> VectorShuffle.fromOp(FLOATS, j -> i)).toArray(VectorShuffle[]::new);
-
     /** {@return bytes {@code b[at..]} zero-extended to int lanes, where a decoder joins the bits of its levels} */
     static IntVector widen(byte[] b, int at) {
         return (IntVector) ByteVector.fromArray(BYTES_PER_LANE, b, at).convertShape(VectorOperators.ZERO_EXTEND_B2I, INTS, 0);
@@ -100,7 +89,10 @@ final class KQuants {
     }
 
 
-    /** Per-thread buffer for {@link #scalesAndMins} (the Q4_K and Q5_K decoders and the Q4_K dot). */
+    /**
+     * Per-thread buffer for {@link #scalesAndMins} (the Q4_K and Q5_K decoders and the Q4_K dot) and for the Q6_K dot's
+     * scaled sub-block scales; none of them calls another while it holds the buffer.
+     */
     static final ThreadLocal<float[]> SCALES_AND_MINS = ThreadLocal.withInitial(() -> new float[16]);
     /** Lanes 0-7 scales, 8-15 mins: where each lane's low bits are, in the 16 bytes from a super-block's start. */
     private static final VectorShuffle<Integer> LOW_BITS = VectorShuffle.fromValues(IntVector.SPECIES_512,
@@ -110,6 +102,8 @@ final class KQuants {
             0, 0, 0, 0, 4, 5, 6, 7, 0, 0, 0, 0, 8, 9, 10, 11);
     /** Sub-blocks 0-3: the 6 bits are all in one byte. */
     private static final VectorMask<Integer> FIRST_FOUR = VectorMask.fromLong(IntVector.SPECIES_512, 0x0F0F);
+    /** The same with 8 lanes, one for each sub-block. */
+    private static final VectorMask<Integer> FIRST_FOUR_8 = FLOATS.length() == 8 ? VectorMask.fromLong(INTS, 0x0F) : null;
     /** Mins of sub-blocks 4-7: their low bits are the high nibble. */
     private static final VectorMask<Integer> HIGH_NIBBLE = VectorMask.fromLong(IntVector.SPECIES_512, 0xF000);
     /** Lanes 8-15: the mins, scaled by {@code -dmin}. */
@@ -119,11 +113,26 @@ final class KQuants {
      * A Q4_K/Q5_K super-block's factors at {@code b[o..]} (staged): {@code out[j] = d * scale(j)} and
      * {@code out[8 + j] = -dmin * min(j)}, j &lt; 8, the same products as {@link #scale} and {@link #min} give. With
      * 16-lane vectors the 12 packed bytes are unpacked in int lanes (two permutes, a few masks), where 16 scalar
-     * extractions, conversions and products cost a third of the fused Q4_K dot's time.
+     * extractions, conversions and products cost a third of the fused Q4_K dot's time; with 8 lanes (AVX2) from three
+     * overlapping 8-byte windows, one lane per sub-block, with shifts, masks and one blend each for scales and mins.
      */
     static void scalesAndMins(byte[] b, int o, float[] out) {
         float d = Blocks.fp16(b, o);
         float dmin = Blocks.fp16(b, o + 2);
+        if (FLOATS.length() == 8) {
+            // Lane j of three 8-byte windows: a = b[4 + j], c = b[8 + j], e = b[j] (offsets from o). Scales: a & 63
+            // for j < 4, (c & 15) | (e >> 6) << 4 after; mins: c & 63, then (c >> 4) | (a >> 6) << 4.
+            IntVector a = widen(b, o + 4);
+            IntVector c = widen(b, o + 8);
+            IntVector e = widen(b, o);
+            IntVector sc = c.and(0x0F).or(e.lanewise(VectorOperators.LSHR, 6).lanewise(VectorOperators.LSHL, 4))
+                    .blend(a.and(63), FIRST_FOUR_8);
+            IntVector mn = c.lanewise(VectorOperators.LSHR, 4).or(a.lanewise(VectorOperators.LSHR, 6)
+                    .lanewise(VectorOperators.LSHL, 4)).blend(c.and(63), FIRST_FOUR_8);
+            ((FloatVector) sc.convert(VectorOperators.I2F, 0)).mul(d).intoArray(out, 0);
+            ((FloatVector) mn.convert(VectorOperators.I2F, 0)).mul(-dmin).intoArray(out, 8);
+            return;
+        }
         if (FLOATS.length() != 16) {
             for (int j = 0; j < 8; j++) {
                 out[j] = d * scale(b, o, j);
