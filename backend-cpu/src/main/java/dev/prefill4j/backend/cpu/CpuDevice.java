@@ -15,8 +15,8 @@ import jdk.incubator.vector.FloatVector;
  *
  * <p>GEMM has three shapes. Prefill (six or more activation rows, outputs a multiple of {@link #PANEL}): a task
  * decodes a panel of weight rows once, transposes it K-major into an L2-resident buffer and runs every block of six
- * rows through {@link VectorOps#kernel6x4} (24 accumulators, no horizontal sums; 16-lane vectors) or {@link
- * VectorOps#kernel6x2} (12 accumulators, for AVX2's 16 registers). Decode steps (up to three rows): the
+ * rows through {@link VectorOps#kernel6x4} (24 accumulators, no horizontal sums; 16-lane vectors), or every block
+ * of four through {@link VectorOps#kernel4x2} (8 accumulators, for AVX2's 16 registers). Decode steps (up to three rows): the
  * format's fused {@code dot}, weights read straight from the model file. Otherwise (odd shapes): weight tiles decoded
  * row-major and dot products four rows at a time, with lane sums in a fixed order. All accumulate each output in a
  * fixed order, so results do not depend on JIT warm-up.
@@ -42,7 +42,7 @@ final class CpuDevice implements ComputeDevice {
     private static final int DOT_MAX_ROWS = 3;
     /**
      * Outputs of a prefill panel: four vectors ({@link VectorOps#kernel6x4}'s 24 accumulators) where vectors have 16
-     * lanes, which on x86 means AVX-512 and its 32 registers; two ({@link VectorOps#kernel6x2}) with narrower
+     * lanes, which on x86 means AVX-512 and its 32 registers; two ({@link VectorOps#kernel4x2}) with narrower
      * vectors, where AVX2 has 16 registers and 6x4's accumulators spilled. System property {@code
      * dev.prefill4j.cpu.panelVectors} (2 or 4) overrides it, to compare the two on one machine.
      */
@@ -309,8 +309,8 @@ final class CpuDevice implements ComputeDevice {
                     VectorOps.kernel1x4(rowBuf, wt, len, x, r * k + t0, out, oo + r * outStride, t0 > 0);
                 }
             } else {
-                for (; r + 6 <= rows; r += 6) {
-                    VectorOps.kernel6x2(rowBuf, wt, len, x, r * k + t0, k, out, oo + r * outStride, outStride, t0 > 0);
+                for (; r + 4 <= rows; r += 4) {
+                    VectorOps.kernel4x2(rowBuf, wt, len, x, r * k + t0, k, out, oo + r * outStride, outStride, t0 > 0);
                 }
                 for (; r < rows; r++) {
                     VectorOps.kernel1x2(rowBuf, wt, len, x, r * k + t0, out, oo + r * outStride, t0 > 0);

@@ -390,12 +390,13 @@ final class VectorOps {
     }
 
     /**
-     * {@link #kernel6x4} for machines of 16 vector registers (AVX2): six activation rows times two vectors of outputs,
-     * 12 accumulators, the two weight vectors and a broadcast, so nothing spills (with 8-lane vectors 6x4's 29 live
-     * vectors did not fit in AVX2's 16 registers). Same order of accumulation and {@code add} as {@link #kernel6x4};
-     * the panel is {@code wt[wo + t * 2L + i]}.
+     * {@link #kernel6x4} for machines of 16 vector registers (AVX2): four activation rows times two vectors of outputs,
+     * 8 accumulators, the two weight vectors and the four broadcasts that C2 schedules ahead of the FMAs, 14 registers
+     * (with six rows, 12 accumulators, C2 kept some of them on the stack in some compilations: 5 of the 12 in a GEMM
+     * harness, where this kernel ran 1.45-1.58x the six-row one). Same order of accumulation and {@code add} as {@link
+     * #kernel6x4}; the panel is {@code wt[wo + t * 2L + i]}.
      */
-    static void kernel6x2(float[] wt, int wo, int k, float[] x, int xo, int xStride, float[] out, int oo,
+    static void kernel4x2(float[] wt, int wo, int k, float[] x, int xo, int xStride, float[] out, int oo,
                           int outStride, boolean add) {
         int l = FLOATS.length();
         int stride = 2 * l;
@@ -403,8 +404,6 @@ final class VectorOps {
         FloatVector c10 = start(add, out, oo + 1 * outStride), c11 = start(add, out, oo + 1 * outStride + l);
         FloatVector c20 = start(add, out, oo + 2 * outStride), c21 = start(add, out, oo + 2 * outStride + l);
         FloatVector c30 = start(add, out, oo + 3 * outStride), c31 = start(add, out, oo + 3 * outStride + l);
-        FloatVector c40 = start(add, out, oo + 4 * outStride), c41 = start(add, out, oo + 4 * outStride + l);
-        FloatVector c50 = start(add, out, oo + 5 * outStride), c51 = start(add, out, oo + 5 * outStride + l);
         for (int t = 0; t < k; t++) {
             int w = wo + t * stride;
             FloatVector w0 = FloatVector.fromArray(FLOATS, wt, w);
@@ -421,12 +420,6 @@ final class VectorOps {
             FloatVector x3 = FloatVector.broadcast(FLOATS, x[xo + 3 * xStride + t]);
             c30 = w0.fma(x3, c30);
             c31 = w1.fma(x3, c31);
-            FloatVector x4 = FloatVector.broadcast(FLOATS, x[xo + 4 * xStride + t]);
-            c40 = w0.fma(x4, c40);
-            c41 = w1.fma(x4, c41);
-            FloatVector x5 = FloatVector.broadcast(FLOATS, x[xo + 5 * xStride + t]);
-            c50 = w0.fma(x5, c50);
-            c51 = w1.fma(x5, c51);
         }
         c00.intoArray(out, oo + 0 * outStride);
         c01.intoArray(out, oo + 0 * outStride + l);
@@ -436,13 +429,9 @@ final class VectorOps {
         c21.intoArray(out, oo + 2 * outStride + l);
         c30.intoArray(out, oo + 3 * outStride);
         c31.intoArray(out, oo + 3 * outStride + l);
-        c40.intoArray(out, oo + 4 * outStride);
-        c41.intoArray(out, oo + 4 * outStride + l);
-        c50.intoArray(out, oo + 5 * outStride);
-        c51.intoArray(out, oo + 5 * outStride + l);
     }
 
-    /** One activation row against a panel of two vectors of outputs (the leftover rows with {@link #kernel6x2}). */
+    /** One activation row against a panel of two vectors of outputs (the leftover rows with {@link #kernel4x2}). */
     static void kernel1x2(float[] wt, int wo, int k, float[] x, int xo, float[] out, int oo, boolean add) {
         int l = FLOATS.length();
         int stride = 2 * l;
