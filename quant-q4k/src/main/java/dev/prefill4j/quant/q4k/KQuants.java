@@ -78,14 +78,22 @@ final class KQuants {
      * leaves its order unspecified; adding {@code lane(i)} in a loop compiles to a jump table per lane).
      */
     static float sum(FloatVector v) {
-        if (L > 8) {
-            v = v.add(v.rearrange(X8));
-        }
-        if (L > 4) {
-            v = v.add(v.rearrange(X4));
-        }
-        v = v.add(v.rearrange(X2));
-        return v.add(v.rearrange(X1)).lane(0);
+        // Kept under C2's 35-byte limit for callees that are not hot (MaxInlineSize): a dot calls this once, and the
+        // 67-byte form with all three widths was called out of line, its argument boxed (PrintInlining).
+        return L == 8 ? sum8(v) : sumOther(v);
+    }
+
+    private static float sumOther(FloatVector v) {
+        return L == 16 ? sum8(v.add(v.rearrange(X8))) : sum4(v);
+    }
+
+    private static float sum8(FloatVector v) {
+        return sum4(v.add(v.rearrange(X4)));
+    }
+
+    private static float sum4(FloatVector v) {
+        FloatVector w = v.add(v.rearrange(X2));
+        return w.add(w.rearrange(X1)).lane(0);
     }
 
 
@@ -117,29 +125,52 @@ final class KQuants {
      * overlapping 8-byte windows, one lane per sub-block, with shifts, masks and one blend each for scales and mins.
      */
     static void scalesAndMins(byte[] b, int o, float[] out) {
+        // One small method per width, and this dispatch small enough (under 35 bytes) to be inlined wherever it is
+        // called: all three in one body came to 382 bytes, over C2's limit for hot callees (325), and the Q4_K dot
+        // then called it once per super-block (PrintInlining).
+        if (FLOATS.length() == 8) {
+            scalesAndMins8(b, o, out);
+        } else {
+            scalesAndMinsOther(b, o, out);
+        }
+    }
+
+    private static void scalesAndMinsOther(byte[] b, int o, float[] out) {
+        if (FLOATS.length() == 16) {
+            scalesAndMins16(b, o, out);
+            return;
+        }
         float d = Blocks.fp16(b, o);
         float dmin = Blocks.fp16(b, o + 2);
-        if (FLOATS.length() == 8) {
-            // Lane j of three 8-byte windows: a = b[4 + j], c = b[8 + j], e = b[j] (offsets from o). Scales: a & 63
-            // for j < 4, (c & 15) | (e >> 6) << 4 after; mins: c & 63, then (c >> 4) | (a >> 6) << 4.
-            IntVector a = widen(b, o + 4);
-            IntVector c = widen(b, o + 8);
-            IntVector e = widen(b, o);
-            IntVector sc = c.and(0x0F).or(e.lanewise(VectorOperators.LSHR, 6).lanewise(VectorOperators.LSHL, 4))
-                    .blend(a.and(63), FIRST_FOUR_8);
-            IntVector mn = c.lanewise(VectorOperators.LSHR, 4).or(a.lanewise(VectorOperators.LSHR, 6)
-                    .lanewise(VectorOperators.LSHL, 4)).blend(c.and(63), FIRST_FOUR_8);
-            ((FloatVector) sc.convert(VectorOperators.I2F, 0)).mul(d).intoArray(out, 0);
-            ((FloatVector) mn.convert(VectorOperators.I2F, 0)).mul(-dmin).intoArray(out, 8);
-            return;
+        for (int j = 0; j < 8; j++) {
+            out[j] = d * scale(b, o, j);
+            out[8 + j] = -dmin * min(b, o, j);
         }
-        if (FLOATS.length() != 16) {
-            for (int j = 0; j < 8; j++) {
-                out[j] = d * scale(b, o, j);
-                out[8 + j] = -dmin * min(b, o, j);
-            }
-            return;
-        }
+    }
+
+    /**
+     * {@link #scalesAndMins} in 8 lanes. Lane j of three 8-byte windows: a = b[4 + j], c = b[8 + j], e = b[j] (offsets
+     * from o). Scales: a &amp; 63 for j &lt; 4, (c &amp; 15) | (e &gt;&gt; 6) &lt;&lt; 4 after; mins: c &amp; 63, then
+     * (c &gt;&gt; 4) | (a &gt;&gt; 6) &lt;&lt; 4.
+     */
+    private static void scalesAndMins8(byte[] b, int o, float[] out) {
+        float d = Blocks.fp16(b, o);
+        float dmin = Blocks.fp16(b, o + 2);
+        IntVector a = widen(b, o + 4);
+        IntVector c = widen(b, o + 8);
+        IntVector e = widen(b, o);
+        IntVector sc = c.and(0x0F).or(e.lanewise(VectorOperators.LSHR, 6).lanewise(VectorOperators.LSHL, 4))
+                .blend(a.and(63), FIRST_FOUR_8);
+        IntVector mn = c.lanewise(VectorOperators.LSHR, 4).or(a.lanewise(VectorOperators.LSHR, 6)
+                .lanewise(VectorOperators.LSHL, 4)).blend(c.and(63), FIRST_FOUR_8);
+        ((FloatVector) sc.convert(VectorOperators.I2F, 0)).mul(d).intoArray(out, 0);
+        ((FloatVector) mn.convert(VectorOperators.I2F, 0)).mul(-dmin).intoArray(out, 8);
+    }
+
+    /** {@link #scalesAndMins} in 16 lanes: scales in lanes 0-7, mins in 8-15, two permutes. */
+    private static void scalesAndMins16(byte[] b, int o, float[] out) {
+        float d = Blocks.fp16(b, o);
+        float dmin = Blocks.fp16(b, o + 2);
         IntVector w = (IntVector) ByteVector.fromArray(ByteVector.SPECIES_128, b, o)
                 .convertShape(VectorOperators.ZERO_EXTEND_B2I, IntVector.SPECIES_512, 0);
         IntVector low = w.rearrange(LOW_BITS);
