@@ -78,22 +78,14 @@ final class KQuants {
      * leaves its order unspecified; adding {@code lane(i)} in a loop compiles to a jump table per lane).
      */
     static float sum(FloatVector v) {
-        // Kept under C2's 35-byte limit for callees that are not hot (MaxInlineSize): a dot calls this once, and the
-        // 67-byte form with all three widths was called out of line, its argument boxed (PrintInlining).
-        return L == 8 ? sum8(v) : sumOther(v);
-    }
-
-    private static float sumOther(FloatVector v) {
-        return L == 16 ? sum8(v.add(v.rearrange(X8))) : sum4(v);
-    }
-
-    private static float sum8(FloatVector v) {
-        return sum4(v.add(v.rearrange(X4)));
-    }
-
-    private static float sum4(FloatVector v) {
-        FloatVector w = v.add(v.rearrange(X2));
-        return w.add(w.rearrange(X1)).lane(0);
+        if (L > 8) {
+            v = v.add(v.rearrange(X8));
+        }
+        if (L > 4) {
+            v = v.add(v.rearrange(X4));
+        }
+        v = v.add(v.rearrange(X2));
+        return v.add(v.rearrange(X1)).lane(0);
     }
 
 
@@ -125,9 +117,8 @@ final class KQuants {
      * overlapping 8-byte windows, one lane per sub-block, with shifts, masks and one blend each for scales and mins.
      */
     static void scalesAndMins(byte[] b, int o, float[] out) {
-        // One small method per width, and this dispatch small enough (under 35 bytes) to be inlined wherever it is
-        // called: all three in one body came to 382 bytes, over C2's limit for hot callees (325), and the Q4_K dot
-        // then called it once per super-block (PrintInlining).
+        // One small method per width: all three in one body came to 382 bytes of bytecode, over C2's limit for hot
+        // callees (FreqInlineSize, 325), and the Q4_K dot then called it once per super-block (a call in C2's loop).
         if (FLOATS.length() == 8) {
             scalesAndMins8(b, o, out);
         } else {
