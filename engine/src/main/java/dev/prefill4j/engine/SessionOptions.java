@@ -56,12 +56,15 @@ public record SessionOptions(KVElementType kvType, int contextLength, int chunkS
 
     /**
      * The prefill chunk of {@link #defaults()}: 256 tokens, 17 MiB of activations for the Llama-3.2-1B geometry. Half of
-     * 512's 34 MiB, at 0.975 of 512's pp512 speed (medians of alternating in-process runs on the 1B Q4_0 file, Zen 3,
-     * 2 threads); 128 tokens ran at 0.91.
+     * 512's 34 MiB, at 0.975 of 512's pp512 speed on the 1B Q4_0 file and 1.06 on the F16 file (medians of
+     * alternating in-process runs, Zen 3, 2 threads); 128 tokens ran at 0.91 on Q4_0.
      */
     public static final int DEFAULT_CHUNK = 256;
 
-    /** {@return F16 KV, the model's context, chunks of {@value #DEFAULT_CHUNK}, the KV store's page size, float32 activations} */
+    /**
+     * {@return F16 KV, the model's context, chunks of {@value #DEFAULT_CHUNK}, the KV store's page size, float32
+     * activations}
+     */
     public static SessionOptions defaults() {
         return new SessionOptions(KVElementType.F16, 0, DEFAULT_CHUNK, 0, Map.of(), Activations.F32);
     }

@@ -103,7 +103,8 @@ final class KQuants {
     /** Sub-blocks 0-3: the 6 bits are all in one byte. */
     private static final VectorMask<Integer> FIRST_FOUR = VectorMask.fromLong(IntVector.SPECIES_512, 0x0F0F);
     /** The same with 8 lanes, one for each sub-block. */
-    private static final VectorMask<Integer> FIRST_FOUR_8 = FLOATS.length() == 8 ? VectorMask.fromLong(INTS, 0x0F) : null;
+    private static final VectorMask<Integer> FIRST_FOUR_8 =
+            FLOATS.length() == 8 ? VectorMask.fromLong(INTS, 0x0F) : null;
     /** Mins of sub-blocks 4-7: their low bits are the high nibble. */
     private static final VectorMask<Integer> HIGH_NIBBLE = VectorMask.fromLong(IntVector.SPECIES_512, 0xF000);
     /** Lanes 8-15: the mins, scaled by {@code -dmin}. */

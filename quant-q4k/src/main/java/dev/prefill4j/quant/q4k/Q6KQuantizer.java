@@ -74,8 +74,8 @@ public final class Q6KQuantizer implements Quantizer {
      * (one instruction; C2's loop went from 83 to 59 instructions per 32 weights against the former permute of that
      * vector by a shuffle loaded from an array per group): 1.27x with rows of 2,048 in L2 and 1.21x streamed, the same
      * bits (in-process A/B of the two builds in module layers of their own, one thread, medians of rounds 2-9; AVX2,
-     * 8 lanes; NOT VERIFIED on 16 lanes, where the permute had measured 1.22x over a scalar broadcast). Written out in one
-     * method on purpose: the same arithmetic through helpers that take and return vectors compiled to boxed vectors
+     * 8 lanes; NOT VERIFIED on 16 lanes, where the permute had measured 1.22x over a scalar broadcast). Written out in
+     * one method on purpose: the same arithmetic through helpers that take and return vectors compiled to boxed vectors
      * (allocations in the loop, seen in C2's code) and ran at 0.83x.
      */
     @Override
@@ -119,10 +119,14 @@ public final class Q6KQuantizer implements Quantizer {
                             .sub(32).convert(VectorOperators.I2F, 0);
                     FloatVector q3 = (FloatVector) lo2.lanewise(VectorOperators.LSHR, 4)
                             .or(hb.lanewise(VectorOperators.LSHR, 2).and(0x30)).sub(32).convert(VectorOperators.I2F, 0);
-                    a0 = q0.mul(FloatVector.fromArray(sp, x, y + l)).fma(FloatVector.broadcast(sp, sc[is]), a0);
-                    a1 = q1.mul(FloatVector.fromArray(sp, x, y + l + 32)).fma(FloatVector.broadcast(sp, sc[is + 2]), a1);
-                    a2 = q2.mul(FloatVector.fromArray(sp, x, y + l + 64)).fma(FloatVector.broadcast(sp, sc[is + 4]), a2);
-                    a3 = q3.mul(FloatVector.fromArray(sp, x, y + l + 96)).fma(FloatVector.broadcast(sp, sc[is + 6]), a3);
+                    a0 = q0.mul(FloatVector.fromArray(sp, x, y + l))
+                            .fma(FloatVector.broadcast(sp, sc[is]), a0);
+                    a1 = q1.mul(FloatVector.fromArray(sp, x, y + l + 32))
+                            .fma(FloatVector.broadcast(sp, sc[is + 2]), a1);
+                    a2 = q2.mul(FloatVector.fromArray(sp, x, y + l + 64))
+                            .fma(FloatVector.broadcast(sp, sc[is + 4]), a2);
+                    a3 = q3.mul(FloatVector.fromArray(sp, x, y + l + 96))
+                            .fma(FloatVector.broadcast(sp, sc[is + 6]), a3);
                 }
             }
         }
