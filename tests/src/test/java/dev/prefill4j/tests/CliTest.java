@@ -38,7 +38,10 @@ class CliTest {
         assertTrue(d <= 1e-4, "max |logit - llama.cpp| = " + d);
     }
 
-    /** --chunk 2 runs the prompt two tokens at a time: the same ids, logits within the same 1e-4 of llama.cpp. */
+    /**
+     * --chunk 2 runs the prompt two tokens at a time (the JSON reports the session's chunk): the same ids, logits within
+     * the same 1e-4 of llama.cpp.
+     */
     @Test
     void aSmallChunkMatchesTheManifest() throws Exception {
         Path logits = dir.resolve("chunked.f32");
@@ -46,6 +49,8 @@ class CliTest {
                 "-n", "32", "--temp", "0", "--kv-type", "f32", "--chunk", "2", "--json", "--logits-out",
                 logits.toString());
         assertEquals(0, r.exit(), r.toString());
+        assertTrue(java.util.regex.Pattern.compile("\"chunk\": 2\\b").matcher(r.out()).find(),
+                "the session ran with the option's chunk: " + r.out());
         assertArrayEquals(Models.STORIES_F32_GREEDY, Cli.jsonIds(r.out(), "generated_ids"));
         double d = Models.maxAbsDiff(Models.referenceLogits("stories260K-F32"), Models.readF32(logits));
         assertTrue(d <= 1e-4, "max |logit - llama.cpp| = " + d);
