@@ -90,9 +90,14 @@ public final class Q8_0Quantizer implements Quantizer {
     }
 
     /**
-     * Vectorized and fused, read straight from the mapping: int8 widened to floats in registers, each times its
-     * block's {@code d}, against the activations into four accumulators (two per block of a pair), lanes added in a
-     * fixed order at the end. A row with an odd number of blocks has its last one summed in scalar code.
+     * Vectorized and fused, read straight from the mapping, a block an iteration: its int8 quants widened to float
+     * lanes against the activations (a multiply, then FMAs), and that block sum times the block's {@code d} into one
+     * accumulator, lanes added in a fixed order at the end. Against the earlier form (every vector of quants times
+     * {@code d} before its FMA, four accumulators over block pairs), one thread on a Zen 3 VM (AVX2), 2,048-element
+     * rows, medians of 8 in-process rounds in each of two processes: 1.12x and 1.22x in L2, 1.06x and 1.16x streamed;
+     * bench tg32 on the 1B Q8_0 file, three processes each alternating: median 6.60 to 7.14 tok/s. The loop's segment
+     * bounds checks stay in it (C2 does not hoist them here; a block read as two 16-byte vectors, which would halve
+     * them, ran at 0.4x: the upper half's conversion costs a shuffle).
      */
     @Override
     public float dot(MemorySegment src, long offset, float[] x, int xOffset, int count) {
@@ -101,34 +106,17 @@ public final class Q8_0Quantizer implements Quantizer {
         MemorySegment row = src.asSlice(offset, (long) blocks * BLOCK_BYTES);
         var floats = FusedDot.FLOATS;
         int l = floats.length();
-        FloatVector a0 = FloatVector.zero(floats);
-        FloatVector a1 = a0;
-        FloatVector a2 = a0;
-        FloatVector a3 = a0;
-        for (int p = 0, pairs = blocks / 2; p < pairs; p++) {
-            long o = (long) p * 2 * BLOCK_BYTES;
-            int base = xOffset + p * 2 * QK;
-            FloatVector d0 = FloatVector.broadcast(floats, Blocks.fp16(row, o));
-            FloatVector d1 = FloatVector.broadcast(floats, Blocks.fp16(row, o + BLOCK_BYTES));
-            for (int j = 0; j < QK; j += 2 * l) {
-                a0 = widen(row, o + 2 + j).mul(d0).fma(FloatVector.fromArray(floats, x, base + j), a0);
-                a1 = widen(row, o + 2 + j + l).mul(d0).fma(FloatVector.fromArray(floats, x, base + j + l), a1);
-                a2 = widen(row, o + BLOCK_BYTES + 2 + j).mul(d1)
-                        .fma(FloatVector.fromArray(floats, x, base + QK + j), a2);
-                a3 = widen(row, o + BLOCK_BYTES + 2 + j + l).mul(d1)
-                        .fma(FloatVector.fromArray(floats, x, base + QK + j + l), a3);
+        FloatVector acc = FloatVector.zero(floats);
+        for (int k = 0; k < blocks; k++) {
+            long o = (long) k * BLOCK_BYTES;
+            int base = xOffset + k * QK;
+            FloatVector block = widen(row, o + 2).mul(FloatVector.fromArray(floats, x, base));
+            for (int j = l; j < QK; j += l) {
+                block = widen(row, o + 2 + j).fma(FloatVector.fromArray(floats, x, base + j), block);
             }
+            acc = block.fma(FloatVector.broadcast(floats, Blocks.fp16(row, o)), acc);
         }
-        float last = 0;
-        if (blocks % 2 != 0) {
-            long o = (long) (blocks - 1) * BLOCK_BYTES;
-            int base = xOffset + (blocks - 1) * QK;
-            for (int j = 0; j < QK; j++) {
-                last += row.get(Blocks.I8, o + 2 + j) * x[base + j];
-            }
-            last *= Blocks.fp16(row, o);
-        }
-        return FusedDot.sum(a0.add(a1).add(a2.add(a3))) + last;
+        return FusedDot.sum(acc);
     }
 
     /** Int8 quants at {@code at} as float lanes (widened to ints first: faster than the byte-to-float conversion). */
