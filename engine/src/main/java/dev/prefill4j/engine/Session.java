@@ -54,7 +54,6 @@ public final class Session implements AutoCloseable {
     private final float[] q;
     private final float[] k;
     private final float[] v;
-    private final float[] att;
     private final float[] gate;
     /** The up projection, for quantized activations only ({@code null} otherwise). */
     private final float[] up;
@@ -88,7 +87,6 @@ public final class Session implements AutoCloseable {
         this.q = workspace.q;
         this.k = workspace.k;
         this.v = workspace.v;
-        this.att = workspace.att;
         this.gate = workspace.gate;
         this.up = workspace.up;
         this.quantized = workspace.quantized;
@@ -464,9 +462,11 @@ public final class Session implements AutoCloseable {
             device.rope(k, n, c.kvHeads(), c.headDim(), c.ropeDim(), pos, c.ropeBase());
             cache.append(l, pos, n, k, v);
             attention.attend(new AttentionRequest(q, n, pos, cache, l, c.heads(), c.kvHeads(), c.headDim(),
-                    (float) (1.0 / Math.sqrt(c.headDim())), att));
-            project(att, n, new WeightMatrix[] {w.wo()}, xb);
-            addInPlace(x, xb, n * dim);
+                    (float) (1.0 / Math.sqrt(c.headDim())), xb));
+            // Attention's output in xb (free since the projections read it), the output projection's in q (free
+            // since attention read it): no buffer of their own.
+            project(xb, n, new WeightMatrix[] {w.wo()}, q);
+            addInPlace(x, q, n * dim);
             device.rmsNorm(x, n, w.ffnNorm(), c.rmsEps(), xb);
             if (activationFormats.containsKey(w.gate().format()) || activationFormats.containsKey(w.up().format())) {
                 project(xb, n, new WeightMatrix[] {w.gate(), w.up()}, gate, up);
