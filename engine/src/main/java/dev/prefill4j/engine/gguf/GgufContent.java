@@ -2,6 +2,8 @@ package dev.prefill4j.engine.gguf;
 
 import dev.prefill4j.api.Api;
 import dev.prefill4j.api.PrefillException;
+import java.util.Arrays;
+import java.util.Collections;
 import java.util.List;
 import java.util.Map;
 import java.util.Optional;
@@ -86,6 +88,22 @@ public interface GgufContent {
             throw fail("key '" + key + "' has type " + v.type() + ", expected an array");
         }
         return arr;
+    }
+
+    /**
+     * {@return the elements of the string array {@code key}; unmodifiable} The strings {@link #requireArray} holds;
+     * a {@link GgufFile} decodes each from its mapping when it is asked for, so that a vocabulary (128,256 pieces for
+     * Llama 3) is not kept on the heap as Strings for as long as the file is open.
+     *
+     * @param key key
+     * @throws PrefillException if missing or not an array of strings
+     * @since 0.1
+     */
+    default List<String> requireStrings(String key) {
+        if (!(requireArray(key).values() instanceof String[] strings)) {
+            throw fail("key '" + key + "' must be an array of strings");
+        }
+        return Collections.unmodifiableList(Arrays.asList(strings));
     }
 
     /** {@return the value of {@code key}} @param key key @throws PrefillException if missing */

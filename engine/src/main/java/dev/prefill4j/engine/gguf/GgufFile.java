@@ -13,13 +13,18 @@ import java.nio.charset.CodingErrorAction;
 import java.nio.charset.StandardCharsets;
 import java.nio.file.Path;
 import java.nio.file.StandardOpenOption;
+import java.util.AbstractList;
+import java.util.AbstractMap;
+import java.util.AbstractSet;
 import java.util.ArrayList;
 import java.util.Collections;
 import java.util.HashSet;
+import java.util.Iterator;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.Optional;
+import java.util.RandomAccess;
 import java.util.Set;
 
 /**
@@ -29,7 +34,11 @@ import java.util.Set;
  * anything is allocated, so a truncated or hostile file fails with a one-line {@link PrefillException}
  * ({@code P4J-GGUF}) naming the file and the problem, never an {@link OutOfMemoryError}. Layout: FORMATS.md §7.
  *
- * <p>Closing the file unmaps it; tensor segments must not be used afterwards. Thread-safe for reading.
+ * <p>Closing the file unmaps it; tensor segments must not be used afterwards. Top-level string arrays (a
+ * vocabulary) are checked when the file is opened but kept in the mapping, each element decoded when it is asked
+ * for ({@link #requireStrings}, or a {@code String[]} made by each {@link #metadata()} look-up): a Llama 3
+ * vocabulary held as Strings took 6.6 MiB of heap for as long as its model was loaded. Read those while the file
+ * is open. Thread-safe for reading.
  *
  * @since 0.1
  */
@@ -47,18 +56,20 @@ public final class GgufFile implements GgufContent, AutoCloseable {
     private final int version;
     private final int alignment;
     private final long dataStart;
-    private final Map<String, GgufValue> metadata;
+    /** Values: a {@link GgufValue}, or a {@link StringArray} for a top-level string array. */
+    private final Map<String, Object> raw;
+    private final Map<String, GgufValue> metadata = new MetadataView();
     private final List<GgufTensor> tensors;
     private final Map<String, GgufTensor> byName;
 
     private GgufFile(Path path, Arena arena, int version, int alignment, long dataStart,
-                     Map<String, GgufValue> metadata, List<GgufTensor> tensors) {
+                     Map<String, Object> raw, List<GgufTensor> tensors) {
         this.path = path;
         this.arena = arena;
         this.version = version;
         this.alignment = alignment;
         this.dataStart = dataStart;
-        this.metadata = Collections.unmodifiableMap(metadata);
+        this.raw = raw;
         this.tensors = List.copyOf(tensors);
         Map<String, GgufTensor> names = new LinkedHashMap<>();
         tensors.forEach(t -> names.put(t.name(), t));
@@ -116,19 +127,20 @@ public final class GgufFile implements GgufContent, AutoCloseable {
             throw in.fail("truncated or corrupt: header claims " + Long.toUnsignedString(tensorCount) + " tensors but only "
                     + in.remaining() + " bytes follow");
         }
-        Map<String, GgufValue> metadata = new LinkedHashMap<>();
+        Map<String, Object> metadata = new LinkedHashMap<>();
         for (long i = 0; i < kvCount; i++) {
             String key = in.string("metadata key #" + i);
             if (metadata.containsKey(key)) {
                 throw in.fail("duplicate metadata key '" + key + "'");
             }
-            metadata.put(key, in.value(key, 0));
+            metadata.put(key, in.topValue(key));
         }
         int alignment = DEFAULT_ALIGNMENT;
-        GgufValue a = metadata.get("general.alignment");
-        if (a != null) {
-            if (a.type() != ValueType.UINT32) {
-                throw in.fail("general.alignment must be a u32, found " + a.type());
+        Object value = metadata.get("general.alignment");
+        if (value != null) {
+            if (!(value instanceof GgufValue a) || a.type() != ValueType.UINT32) {
+                throw in.fail("general.alignment must be a u32, found " + (value instanceof GgufValue v
+                        ? v.type() : ValueType.ARRAY));
             }
             long al = a.asLong();
             if (al == 0 || (al & (al - 1)) != 0 || al > (1 << 20)) {
@@ -225,9 +237,19 @@ public final class GgufFile implements GgufContent, AutoCloseable {
         return dataStart;
     }
 
+    /**
+     * {@inheritDoc} Each look-up of a top-level string array decodes it from the mapping into a new {@code String[]}:
+     * while the file is open.
+     */
     @Override
     public Map<String, GgufValue> metadata() {
         return metadata;
+    }
+
+    /** {@inheritDoc} A view that decodes each element from the mapping when it is asked for: while the file is open. */
+    @Override
+    public List<String> requireStrings(String key) {
+        return raw.get(key) instanceof StringArray a ? a.list() : GgufContent.super.requireStrings(key);
     }
 
     @Override
@@ -319,6 +341,27 @@ public final class GgufFile implements GgufContent, AutoCloseable {
             } catch (CharacterCodingException e) {
                 throw fail(what + " is not valid UTF-8");
             }
+        }
+
+        /** A top-level value: a {@link GgufValue}, or a {@link StringArray} checked here but not decoded. */
+        Object topValue(String key) {
+            long at = pos;
+            if (ValueType.byId(u32()) == ValueType.ARRAY && remaining() >= 12
+                    && ValueType.byId(Integer.toUnsignedLong(seg.get(I32, pos))) == ValueType.STRING) {
+                pos += 4;
+                long count = u64();
+                if (count < 0 || count > Integer.MAX_VALUE - 8 || count > remaining() / ValueType.STRING.minBytes()) {
+                    throw fail("key '" + key + "' claims " + Long.toUnsignedString(count)
+                            + " array elements but only " + remaining() + " bytes remain");
+                }
+                long start = pos;
+                for (int i = 0; i < count; i++) {
+                    string("element " + i + " of '" + key + "'"); // checked (length, UTF-8), then dropped
+                }
+                return new StringArray(seg, start, (int) count);
+            }
+            pos = at;
+            return value(key, 0);
         }
 
         GgufValue value(String key, int depth) {
@@ -416,6 +459,106 @@ public final class GgufFile implements GgufContent, AutoCloseable {
                         a[i] = array(key, depth + 1);
                     }
                     yield new GgufArray(et, a);
+                }
+            };
+        }
+    }
+
+    /**
+     * A string array left in the mapping: {@code count} GGUF strings (u64 length, UTF-8 bytes) from {@code start},
+     * all checked when the file was opened.
+     */
+    private record StringArray(MemorySegment seg, long start, int count) {
+        /** {@return the elements as a list that decodes each when asked for (offsets found on first use)} */
+        List<String> list() {
+            return new Elements();
+        }
+
+        String[] toArray() {
+            String[] a = new String[count];
+            long at = start;
+            for (int i = 0; i < count; i++) {
+                a[i] = decode(at);
+                at += 8 + seg.get(Cursor.I64, at);
+            }
+            return a;
+        }
+
+        private String decode(long at) {
+            long len = seg.get(Cursor.I64, at);
+            return new String(seg.asSlice(at + 8, len).toArray(ValueLayout.JAVA_BYTE), StandardCharsets.UTF_8);
+        }
+
+        private final class Elements extends AbstractList<String> implements RandomAccess {
+            private long[] offsets;
+
+            @Override
+            public String get(int index) {
+                java.util.Objects.checkIndex(index, count);
+                if (offsets == null) {
+                    long[] o = new long[count];
+                    long at = start;
+                    for (int i = 0; i < count; i++) {
+                        o[i] = at;
+                        at += 8 + seg.get(Cursor.I64, at);
+                    }
+                    offsets = o;
+                }
+                return decode(offsets[index]);
+            }
+
+            @Override
+            public int size() {
+                return count;
+            }
+        }
+    }
+
+    /** {@link #raw} with each {@link StringArray} decoded into a {@code String[]} value when it is looked up. */
+    private final class MetadataView extends AbstractMap<String, GgufValue> {
+        private static GgufValue resolve(Object v) {
+            return v instanceof StringArray a ? GgufValue.array(ValueType.STRING, a.toArray()) : (GgufValue) v;
+        }
+
+        @Override
+        public GgufValue get(Object key) {
+            Object v = raw.get(key);
+            return v == null ? null : resolve(v);
+        }
+
+        @Override
+        public boolean containsKey(Object key) {
+            return raw.containsKey(key);
+        }
+
+        @Override
+        public int size() {
+            return raw.size();
+        }
+
+        @Override
+        public Set<Entry<String, GgufValue>> entrySet() {
+            return new AbstractSet<>() {
+                @Override
+                public Iterator<Entry<String, GgufValue>> iterator() {
+                    Iterator<Entry<String, Object>> it = raw.entrySet().iterator();
+                    return new Iterator<>() {
+                        @Override
+                        public boolean hasNext() {
+                            return it.hasNext();
+                        }
+
+                        @Override
+                        public Entry<String, GgufValue> next() {
+                            Entry<String, Object> e = it.next();
+                            return Map.entry(e.getKey(), resolve(e.getValue()));
+                        }
+                    };
+                }
+
+                @Override
+                public int size() {
+                    return raw.size();
                 }
             };
         }

@@ -66,8 +66,8 @@ public record LlamaConfig(int dim, int ffnDim, int layers, int heads, int kvHead
         int headDim = positive(gguf, "llama.attention.key_length", gguf.getLong("llama.attention.key_length",
                 dim / heads));
         int vocab = positive(gguf, "llama.vocab_size", gguf.getLong("llama.vocab_size",
-                gguf.get("tokenizer.ggml.tokens").map(v -> (long) ((dev.prefill4j.engine.gguf.GgufArray) v.value())
-                        .size()).orElse(0L)));
+                gguf.metadata().containsKey("tokenizer.ggml.tokens")
+                        ? gguf.requireStrings("tokenizer.ggml.tokens").size() : 0));
         try {
             return new LlamaConfig(dim,
                     positive(gguf, "llama.feed_forward_length", gguf.requireLong("llama.feed_forward_length")),

@@ -8,6 +8,7 @@ import dev.prefill4j.engine.gguf.GgufValue;
 import java.io.ByteArrayOutputStream;
 import java.nio.charset.StandardCharsets;
 import java.util.Arrays;
+import java.util.List;
 import java.util.PriorityQueue;
 
 /**
@@ -34,13 +35,19 @@ public final class Tokenizer {
     static final int CONTROL = 3;
     static final int BYTE = 6;
 
-    private final String[] pieces;
+    /**
+     * The pieces' UTF-16 chars end to end; piece {@code i} ends at {@code ends[i]} and starts where {@code i - 1}
+     * ends. A Llama 3 vocabulary as 128,256 Strings took 6.6 MiB of heap; as one array of chars it takes about 1.3.
+     */
+    private final char[] chars;
+    private final int[] ends;
     private final float[] scores;
     private final int[] types;
     /**
      * Piece to id, open addressing over an {@code int[]}: slot {@code h} holds {@code id + 1}, 0 is empty. A
      * {@code HashMap<String, Integer>} of a 128,256-piece vocabulary held 7.2 MiB of nodes, boxed ids and table
-     * (heap histogram of a 1B model); this table is 1 MiB, and the pieces it compares against are the vocabulary's.
+     * (heap histogram of a 1B model); this table is 1 MiB. Slots are found by the piece's {@link String#hashCode} and
+     * compared with the chars ({@link #matches}).
      */
     private final int[] slots;
     private final int[] byteTokens = new int[256];
@@ -64,11 +71,26 @@ public final class Tokenizer {
      */
     public Tokenizer(String[] pieces, float[] scores, int[] types, int bos, int eos, int unk, boolean addBos,
                      boolean addSpacePrefix) {
-        if (scores.length != pieces.length || types.length != pieces.length) {
-            throw new IllegalArgumentException("vocabulary arrays differ in length: " + pieces.length + " pieces, "
+        this(Arrays.asList(pieces), scores, types, bos, eos, unk, addBos, addSpacePrefix);
+    }
+
+    private Tokenizer(List<String> pieces, float[] scores, int[] types, int bos, int eos, int unk, boolean addBos,
+                      boolean addSpacePrefix) {
+        int size = pieces.size();
+        if (scores.length != size || types.length != size) {
+            throw new IllegalArgumentException("vocabulary arrays differ in length: " + size + " pieces, "
                     + scores.length + " scores, " + types.length + " types");
         }
-        this.pieces = pieces.clone();
+        this.ends = new int[size];
+        long total = 0;
+        for (int i = 0; i < size; i++) {
+            total += pieces.get(i).length();
+            if (total > Integer.MAX_VALUE - 8) {
+                throw new IllegalArgumentException("vocabulary pieces hold over 2^31 chars");
+            }
+            ends[i] = (int) total;
+        }
+        this.chars = new char[(int) total];
         this.scores = scores.clone();
         this.types = types.clone();
         this.bos = bos;
@@ -76,17 +98,19 @@ public final class Tokenizer {
         this.unk = unk;
         this.addBos = addBos;
         this.addSpacePrefix = addSpacePrefix;
-        this.slots = new int[Integer.highestOneBit(Math.max(1, pieces.length)) << 2];
+        this.slots = new int[Integer.highestOneBit(Math.max(1, size)) << 2];
         Arrays.fill(byteTokens, -1);
-        for (int i = 0; i < pieces.length; i++) {
-            if (types[i] == BYTE || isBytePiece(pieces[i])) {
-                int b = parseByte(pieces[i]);
+        for (int i = 0; i < size; i++) {
+            String piece = pieces.get(i); // a GgufFile's pieces are decoded here, one at a time, and dropped
+            piece.getChars(0, piece.length(), chars, start(i));
+            if (types[i] == BYTE || isBytePiece(piece)) {
+                int b = parseByte(piece);
                 if (b >= 0 && byteTokens[b] < 0) {
                     byteTokens[b] = i;
                 }
             }
             if (types[i] != CONTROL && types[i] != BYTE) {
-                int h = slot(pieces[i]);
+                int h = slot(piece);
                 if (slots[h] == 0) {
                     slots[h] = i + 1;
                 }
@@ -94,12 +118,30 @@ public final class Tokenizer {
         }
     }
 
+    private int start(int id) {
+        return id == 0 ? 0 : ends[id - 1];
+    }
+
+    /** {@return whether piece {@code id} is {@code s}} */
+    private boolean matches(int id, String s) {
+        int from = start(id);
+        if (ends[id] - from != s.length()) {
+            return false;
+        }
+        for (int i = 0; i < s.length(); i++) {
+            if (chars[from + i] != s.charAt(i)) {
+                return false;
+            }
+        }
+        return true;
+    }
+
     /** {@return the slot of {@code piece}: the one that holds it, or the empty one where it would go} */
     private int slot(String piece) {
         int mask = slots.length - 1;
         // Fibonacci hashing, the top bits of the product: String hashes of short pieces differ in their low bits only.
         int h = piece.hashCode() * 0x9E3779B9 >>> Integer.numberOfLeadingZeros(mask);
-        while (slots[h] != 0 && !pieces[slots[h] - 1].equals(piece)) {
+        while (slots[h] != 0 && !matches(slots[h] - 1, piece)) {
             h = h + 1 & mask;
         }
         return h;
@@ -138,22 +180,20 @@ public final class Tokenizer {
             throw gguf.fail("tokenizer model '" + model + "' is not supported yet (supported: 'llama', the "
                     + "SentencePiece-style vocabulary)");
         }
-        GgufArray tokens = gguf.requireArray("tokenizer.ggml.tokens");
-        if (!(tokens.values() instanceof String[] pieces)) {
-            throw gguf.fail("tokenizer.ggml.tokens must be an array of strings");
-        }
-        float[] scores = new float[pieces.length];
+        List<String> pieces = gguf.requireStrings("tokenizer.ggml.tokens");
+        int size = pieces.size();
+        float[] scores = new float[size];
         gguf.get("tokenizer.ggml.scores").ifPresent(v -> {
-            if (!(v.value() instanceof GgufArray a) || !(a.values() instanceof float[] f) || f.length != pieces.length) {
-                throw gguf.fail("tokenizer.ggml.scores must be " + pieces.length + " f32 values");
+            if (!(v.value() instanceof GgufArray a) || !(a.values() instanceof float[] f) || f.length != size) {
+                throw gguf.fail("tokenizer.ggml.scores must be " + size + " f32 values");
             }
             System.arraycopy(f, 0, scores, 0, f.length);
         });
-        int[] types = new int[pieces.length];
+        int[] types = new int[size];
         Arrays.fill(types, NORMAL);
         gguf.get("tokenizer.ggml.token_type").ifPresent(v -> {
-            if (!(v.value() instanceof GgufArray a) || !(a.values() instanceof int[] t) || t.length != pieces.length) {
-                throw gguf.fail("tokenizer.ggml.token_type must be " + pieces.length + " integers");
+            if (!(v.value() instanceof GgufArray a) || !(a.values() instanceof int[] t) || t.length != size) {
+                throw gguf.fail("tokenizer.ggml.token_type must be " + size + " integers");
             }
             System.arraycopy(t, 0, types, 0, t.length);
         });
@@ -161,8 +201,8 @@ public final class Tokenizer {
         int eos = (int) gguf.getLong("tokenizer.ggml.eos_token_id", 2);
         int unk = (int) gguf.getLong("tokenizer.ggml.unknown_token_id", 0);
         for (int id : new int[] {bos, eos, unk}) {
-            if (id < -1 || id >= pieces.length) {
-                throw gguf.fail("special token id " + id + " is outside the vocabulary of " + pieces.length);
+            if (id < -1 || id >= size) {
+                throw gguf.fail("special token id " + id + " is outside the vocabulary of " + size);
             }
         }
         boolean addBos = gguf.get("tokenizer.ggml.add_bos_token").map(GgufValue::value)
@@ -174,7 +214,7 @@ public final class Tokenizer {
 
     /** {@return the vocabulary size} */
     public int size() {
-        return pieces.length;
+        return ends.length;
     }
 
     /** {@return the BOS id, or -1} */
@@ -189,7 +229,8 @@ public final class Tokenizer {
 
     /** {@return the piece of {@code id} as stored} @param id token id */
     public String piece(int id) {
-        return pieces[id];
+        int from = start(id);
+        return new String(chars, from, ends[id] - from);
     }
 
     /** {@return the score of {@code id}} @param id token id */
@@ -290,17 +331,18 @@ public final class Tokenizer {
      * @param id token id
      */
     public byte[] bytes(int id) {
-        if (id < 0 || id >= pieces.length) {
-            throw new IllegalArgumentException("token id " + id + " is outside the vocabulary of " + pieces.length);
+        if (id < 0 || id >= ends.length) {
+            throw new IllegalArgumentException("token id " + id + " is outside the vocabulary of " + ends.length);
         }
         if (types[id] == CONTROL) {
             return new byte[0];
         }
-        int b = types[id] == BYTE || isBytePiece(pieces[id]) ? parseByte(pieces[id]) : -1;
+        String piece = piece(id);
+        int b = types[id] == BYTE || isBytePiece(piece) ? parseByte(piece) : -1;
         if (b >= 0) {
             return new byte[] {(byte) b};
         }
-        return pieces[id].replace(SPACE, " ").getBytes(StandardCharsets.UTF_8);
+        return piece.replace(SPACE, " ").getBytes(StandardCharsets.UTF_8);
     }
 
     /** {@return the text of a token sequence} @param ids token ids */

@@ -119,6 +119,19 @@ class GgufBadInputTest {
         fails(new Bytes().header(0, 1).str("k").u32(7).out.toByteArray(), "truncated");
     }
 
+    /** Top-level string arrays stay in the mapping, but every element is checked when the file is opened. */
+    @Test
+    void badStringArraysFailAtOpen() throws Exception {
+        Bytes invalid = new Bytes().header(0, 1).str("tokenizer.ggml.tokens").u32(9).u32(8).u64(2).str("ok").u64(2);
+        invalid.out.writeBytes(new byte[] {(byte) 0xC3, (byte) 0x28}); // a lead byte, then no continuation byte
+        fails(invalid.bytes(), "element 1 of 'tokenizer.ggml.tokens' is not valid UTF-8");
+        fails(new Bytes().header(0, 1).str("k").u32(9).u32(8).u64(2).str("ok").u64(1000).bytes(),
+                "element 1 of 'k' claims 1000 bytes");
+        fails(new Bytes().header(0, 1).str("k").u32(9).u32(8).u64(1L << 40).bytes(), "array elements but only");
+        fails(new Bytes().header(0, 1).str("general.alignment").u32(9).u32(8).u64(1).str("x").bytes(),
+                "general.alignment must be a u32, found ARRAY");
+    }
+
     @Test
     void deeplyNestedArraysAreRefused() throws Exception {
         Bytes b = new Bytes().header(0, 1).str("k").u32(9);

@@ -2,12 +2,15 @@ package dev.prefill4j.engine.gguf;
 
 import static org.junit.jupiter.api.Assertions.assertArrayEquals;
 import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertThrows;
 
+import dev.prefill4j.api.PrefillException;
 import dev.prefill4j.engine.TestModels;
 import java.lang.foreign.MemorySegment;
 import java.nio.file.Files;
 import java.nio.file.Path;
 import java.util.LinkedHashMap;
+import java.util.List;
 import java.util.Map;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.io.TempDir;
@@ -60,6 +63,11 @@ class GgufWriterTest {
         w.write(file);
         try (GgufFile f = GgufFile.open(file)) {
             assertEquals(md, f.metadata());
+            // The top-level string array through the view that decodes from the mapping, twice (offsets cached).
+            List<String> strings = f.requireStrings("arr.string");
+            assertEquals(List.of("a", "", "▁b"), strings);
+            assertEquals("▁b", strings.get(2));
+            assertThrows(PrefillException.class, () -> f.requireStrings("arr.u8"));
             GgufTensor t = f.tensor("t").orElseThrow();
             assertArrayEquals(new long[] {3, 2}, t.ne());
             float[] back = t.data().toArray(java.lang.foreign.ValueLayout.JAVA_FLOAT.withOrder(java.nio.ByteOrder.LITTLE_ENDIAN));
