@@ -84,7 +84,7 @@ public final class Session implements AutoCloseable {
                 decodes ? chunk * widest : 0, activationFormats.isEmpty() ? 0 : Math.max(1, chunk * rowBytes)));
         this.x = workspace.x;
         this.xb = workspace.xb;
-        this.q = workspace.q;
+        this.q = workspace.gate; // the queries live in the FFN's buffer until the FFN needs it (Workspace#gate)
         this.k = workspace.k;
         this.v = workspace.v;
         this.gate = workspace.gate;
@@ -464,7 +464,7 @@ public final class Session implements AutoCloseable {
             attention.attend(new AttentionRequest(q, n, pos, cache, l, c.heads(), c.kvHeads(), c.headDim(),
                     (float) (1.0 / Math.sqrt(c.headDim())), xb));
             // Attention's output in xb (free since the projections read it), the output projection's in q (free
-            // since attention read it): no buffer of their own.
+            // since attention read it; q is the start of gate, which the FFN overwrites next): no buffers of their own.
             project(xb, n, new WeightMatrix[] {w.wo()}, q);
             addInPlace(x, q, n * dim);
             device.rmsNorm(x, n, w.ffnNorm(), c.rmsEps(), xb);

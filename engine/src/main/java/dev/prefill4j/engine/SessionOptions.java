@@ -55,8 +55,8 @@ public record SessionOptions(KVElementType kvType, int contextLength, int chunkS
     }
 
     /**
-     * The prefill chunk of {@link #defaults()}: 256 tokens, 15 MiB of activations for the Llama-3.2-1B geometry. Half of
-     * 512's 30 MiB, at 0.975 of 512's pp512 speed on the 1B Q4_0 file and 1.06 on the F16 file (medians of
+     * The prefill chunk of {@link #defaults()}: 256 tokens, 13 MiB of activations for the Llama-3.2-1B geometry. Half of
+     * 512's 26 MiB, at 0.975 of 512's pp512 speed on the 1B Q4_0 file and 1.06 on the F16 file (medians of
      * alternating in-process runs, Zen 3, 2 threads); 128 tokens ran at 0.91 on Q4_0.
      */
     public static final int DEFAULT_CHUNK = 256;

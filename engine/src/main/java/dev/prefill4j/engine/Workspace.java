@@ -5,7 +5,7 @@ import java.lang.foreign.MemorySegment;
 import java.util.concurrent.atomic.AtomicReference;
 
 /**
- * A session's activation buffers, sized for one chunk of tokens (15 MiB for the Llama-3.2-1B geometry at the default
+ * A session's activation buffers, sized for one chunk of tokens (13 MiB for the Llama-3.2-1B geometry at the default
  * chunk of 256). A closed session hands them to the next session its engine opens with the same shape, so opening
  * and closing sessions does not leave that much garbage on the heap each time: arrays of this size go straight to
  * the old generation, which grew from 56 to 227 MiB over a benchmark's six sessions with no full collection, all of
@@ -23,13 +23,13 @@ final class Workspace {
     final Shape shape;
     final float[] x;
     final float[] xb;
-    /**
-     * The queries; then, once attention has read them, the output projection's result (hence at least {@code dim}
-     * wide). Attention writes into {@link #xb}, free by then, so no buffer of its own is needed.
-     */
-    final float[] q;
     final float[] k;
     final float[] v;
+    /**
+     * The FFN's hidden activations (SwiGLU of gate and up); before them in each layer, in its first {@code max(qDim,
+     * dim)} columns, the queries and then the output projection's result (attention reads the queries and writes into
+     * {@link #xb}, free by then): the two uses never overlap, so they share one buffer.
+     */
     final float[] gate;
     /** {@code null} unless the shape asks for it. */
     final float[] up;
@@ -46,10 +46,9 @@ final class Workspace {
         int n = s.chunk();
         this.x = new float[n * s.dim()];
         this.xb = new float[n * Math.max(s.dim(), s.qDim())];
-        this.q = new float[n * Math.max(s.dim(), s.qDim())];
         this.k = new float[n * s.kvDim()];
         this.v = new float[n * s.kvDim()];
-        this.gate = new float[n * s.ffnDim()];
+        this.gate = new float[n * Math.max(s.ffnDim(), Math.max(s.dim(), s.qDim()))];
         this.up = s.up() ? new float[n * s.ffnDim()] : null;
         this.quantized = s.quantizedFloats() > 0 ? new float[s.quantizedFloats()] : null;
         this.encoded = s.encodedBytes() > 0 ? MemorySegment.ofArray(new byte[Math.toIntExact(s.encodedBytes())]) : null;
