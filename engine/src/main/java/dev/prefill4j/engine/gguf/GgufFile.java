@@ -23,6 +23,7 @@ import java.util.Iterator;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
+import java.util.Objects;
 import java.util.Optional;
 import java.util.RandomAccess;
 import java.util.Set;
@@ -494,7 +495,7 @@ public final class GgufFile implements GgufContent, AutoCloseable {
 
             @Override
             public String get(int index) {
-                java.util.Objects.checkIndex(index, count);
+                Objects.checkIndex(index, count);
                 if (offsets == null) {
                     long[] o = new long[count];
                     long at = start;
