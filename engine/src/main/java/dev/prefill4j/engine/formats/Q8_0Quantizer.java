@@ -95,9 +95,9 @@ public final class Q8_0Quantizer implements Quantizer {
      * accumulator, lanes added in a fixed order at the end. Against the earlier form (every vector of quants times
      * {@code d} before its FMA, four accumulators over block pairs), one thread on a Zen 3 VM (AVX2), 2,048-element
      * rows, medians of 8 in-process rounds in each of two processes: 1.12x and 1.22x in L2, 1.06x and 1.16x streamed;
-     * bench tg32 on the 1B Q8_0 file, three processes each alternating: median 6.60 to 7.14 tok/s. The loop's segment
-     * bounds checks stay in it (C2 does not hoist them here; a block read as two 16-byte vectors, which would halve
-     * them, ran at 0.4x: the upper half's conversion costs a shuffle).
+     * bench tg32 on the 1B Q8_0 file, three alternating pairs of processes: median 6.60 to 7.14 tok/s. The loop's
+     * segment bounds checks stay in it (C2 does not hoist them here; a block read as two 16-byte vectors, which would
+     * halve them, ran at 0.4x: the upper half's conversion costs a shuffle).
      */
     @Override
     public float dot(MemorySegment src, long offset, float[] x, int xOffset, int count) {
