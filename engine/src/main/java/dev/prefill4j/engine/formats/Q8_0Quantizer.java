@@ -97,7 +97,7 @@ public final class Q8_0Quantizer implements Quantizer {
      * rows, medians of 8 in-process rounds in each of two processes: 1.12x and 1.22x in L2, 1.06x and 1.16x streamed;
      * bench tg32 on the 1B Q8_0 file, three alternating pairs of processes: median 6.60 to 7.14 tok/s. The loop's
      * segment bounds checks stay in it (C2 does not hoist them here; a block read as two 16-byte vectors, which would
-     * halve them, ran at 0.4x: the upper half's conversion costs a shuffle).
+     * halve them, ran at 0.42-0.50x of the earlier form in a harness: the upper half's conversion costs a shuffle).
      */
     @Override
     public float dot(MemorySegment src, long offset, float[] x, int xOffset, int count) {

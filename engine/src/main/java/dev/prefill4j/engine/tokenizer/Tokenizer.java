@@ -81,16 +81,25 @@ public final class Tokenizer {
             throw new IllegalArgumentException("vocabulary arrays differ in length: " + size + " pieces, "
                     + scores.length + " scores, " + types.length + " types");
         }
+        // One pass over the pieces (a GgufFile's are decoded from the mapping as they are asked for, then dropped):
+        // their chars end to end in a growing array, trimmed at the end.
         this.ends = new int[size];
-        long total = 0;
+        char[] all = new char[Math.max(16, 8 * size)];
+        int total = 0;
         for (int i = 0; i < size; i++) {
-            total += pieces.get(i).length();
-            if (total > Integer.MAX_VALUE - 8) {
-                throw new IllegalArgumentException("vocabulary pieces hold over 2^31 chars");
+            String piece = pieces.get(i);
+            if (piece.length() > all.length - total) {
+                if (piece.length() > Integer.MAX_VALUE - 8 - total) {
+                    throw new IllegalArgumentException("vocabulary pieces hold over 2^31 chars");
+                }
+                all = Arrays.copyOf(all, (int) Math.min(Integer.MAX_VALUE - 8,
+                        Math.max(2L * all.length, (long) total + piece.length())));
             }
-            ends[i] = (int) total;
+            piece.getChars(0, piece.length(), all, total);
+            total += piece.length();
+            ends[i] = total;
         }
-        this.chars = new char[(int) total];
+        this.chars = total == all.length ? all : Arrays.copyOf(all, total);
         this.scores = scores.clone();
         this.types = types.clone();
         this.bos = bos;
@@ -101,8 +110,7 @@ public final class Tokenizer {
         this.slots = new int[Integer.highestOneBit(Math.max(1, size)) << 2];
         Arrays.fill(byteTokens, -1);
         for (int i = 0; i < size; i++) {
-            String piece = pieces.get(i); // a GgufFile's pieces are decoded here, one at a time, and dropped
-            piece.getChars(0, piece.length(), chars, start(i));
+            String piece = piece(i);
             if (types[i] == BYTE || isBytePiece(piece)) {
                 int b = parseByte(piece);
                 if (b >= 0 && byteTokens[b] < 0) {

@@ -54,6 +54,22 @@ class TokenizerTest {
         }
     }
 
+    /** Pieces longer than the tokenizer's first guess at their total length: stored whole, found by their chars. */
+    @Test
+    void longPiecesAreKeptWhole() {
+        String longA = "\u2581" + "a".repeat(40);
+        String longB = "b".repeat(33) + "\u00e9";
+        String[] pieces = {"<unk>", "<s>", "</s>", longA, longB, "x", "y", "xy"};
+        float[] scores = {0, 0, 0, 0, 0, -5, -5, -1};
+        int[] types = {2, 3, 3, 1, 1, 1, 1, 1};
+        Tokenizer t = new Tokenizer(pieces, scores, types, 1, 2, 0, false, false);
+        for (int i = 0; i < pieces.length; i++) {
+            assertEquals(pieces[i], t.piece(i), "piece " + i);
+        }
+        assertArrayEquals(new int[] {7}, t.encode("xy"));
+        assertEquals(" " + "a".repeat(40), t.decode(new int[] {3}));
+    }
+
     @Test
     void mergesHighestScoreFirstAndLeftmostOnTies() {
         // Vocabulary: a, b, ab, bb. In "abb" the pairs ab and bb tie: the leftmost (ab) merges, giving [ab, b]; when bb
