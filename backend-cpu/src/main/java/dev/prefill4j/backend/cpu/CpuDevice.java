@@ -283,8 +283,9 @@ final class CpuDevice implements ComputeDevice {
             long from = w.format().byteSize(t0);
             // A vector of rows at a time: decoded, then transposed into the panel 16 x 16 floats at a time by lane
             // permutes (VectorOps.transpose16; F16 pp512 at 76-79% of the FMA peak against 72-75% with a gather per
-            // column, which read 16 cache lines for each vector); other vector widths and a last partial tile gather
-            // a column at a time, one vector store per column where a scalar store per element took a tenth of pp512.
+            // column, which read 16 cache lines for each vector), 8 x 8 with 8 lanes (VectorOps.transpose8); other
+            // vector widths and a last partial tile gather a column at a time, one vector store per column where a
+            // scalar store per element took a tenth of pp512.
             for (int i0 = 0; i0 < panel; i0 += lanes) {
                 for (int i = 0; i < lanes; i++) {
                     w.format().decode(w.data(), rowBytes * (o0 + i0 + i) + from, rowBuf, i * rowStride, len);
@@ -294,6 +295,8 @@ final class CpuDevice implements ComputeDevice {
                     for (; t + 16 <= len; t += 16) {
                         VectorOps.transpose16(rowBuf, t, rowStride, rowBuf, wt + t * panel + i0, panel);
                     }
+                } else if (lanes == 8) {
+                    t = VectorOps.transpose8Columns(rowBuf, rowStride, len, rowBuf, wt + i0, panel);
                 }
                 for (; t < len; t++) {
                     FloatVector.fromArray(VectorOps.FLOATS, rowBuf, t, plan.rowStarts(), 0)

@@ -452,21 +452,36 @@ class CpuKernelsTest {
     @org.junit.jupiter.api.Test
     void transpose16MirrorsATileAndLeavesTheRestAlone() {
         org.junit.jupiter.api.Assumptions.assumeTrue(VectorOps.FLOATS.length() == 16, "16 float lanes only");
-        SplittableRandom r = new SplittableRandom(16);
-        int srcStride = 16 * 3 + 5;
+        checkTranspose(16, VectorOps::transpose16);
+    }
+
+    /** The same for the 8 x 8 tiles of 8 float lanes (AVX2). */
+    @org.junit.jupiter.api.Test
+    void transpose8MirrorsATileAndLeavesTheRestAlone() {
+        org.junit.jupiter.api.Assumptions.assumeTrue(VectorOps.FLOATS.length() == 8, "8 float lanes only");
+        checkTranspose(8, VectorOps::transpose8);
+    }
+
+    private interface Transpose {
+        void apply(float[] src, int srcOff, int srcStride, float[] dst, int dstOff, int dstStride);
+    }
+
+    private static void checkTranspose(int n, Transpose transpose) {
+        SplittableRandom r = new SplittableRandom(n);
+        int srcStride = n * 3 + 5;
         int dstStride = 64;
-        float[] src = random(r, 16 * srcStride + 16);
-        float[] dst = new float[16 * dstStride + 16];
+        float[] src = random(r, n * srcStride + n);
+        float[] dst = new float[n * dstStride + n];
         Arrays.fill(dst, Float.NaN);
-        VectorOps.transpose16(src, 7, srcStride, dst, 3, dstStride);
-        for (int j = 0; j < 16; j++) {
-            for (int lane = 0; lane < 16; lane++) {
+        transpose.apply(src, 7, srcStride, dst, 3, dstStride);
+        for (int j = 0; j < n; j++) {
+            for (int lane = 0; lane < n; lane++) {
                 assertEquals(src[7 + lane * srcStride + j], dst[3 + j * dstStride + lane], "row " + j + ", lane " + lane);
             }
         }
         for (int i = 0; i < dst.length; i++) {
             int lane = (i - 3) % dstStride;
-            if (i < 3 || lane >= 16 || (i - 3) / dstStride >= 16) {
+            if (i < 3 || lane >= n || (i - 3) / dstStride >= n) {
                 assertTrue(Float.isNaN(dst[i]), "element " + i + " written outside the tile");
             }
         }
