@@ -4,6 +4,8 @@ import dev.prefill4j.api.spi.ComputeDevice;
 import dev.prefill4j.api.spi.Quantizer;
 import dev.prefill4j.api.spi.WeightMatrix;
 import java.lang.foreign.MemorySegment;
+import java.util.List;
+import java.util.SplittableRandom;
 import java.util.function.IntConsumer;
 import jdk.incubator.vector.FloatVector;
 
@@ -40,6 +42,14 @@ final class CpuDevice implements ComputeDevice {
     private static final int ROW_PAD = 16;
     /** Up to this many activation rows, GEMM is a fused dot product per output (decode steps). */
     private static final int DOT_MAX_ROWS = 3;
+    /**
+     * Fused dot products {@link #warmUp} runs per format: past what HotSpot's tiered policy counts before it compiles a
+     * method with C2 (its defaults: 5,000 invocations and 15,000 invocations plus loop back-edges,
+     * {@code Tier4InvocationThreshold}/{@code Tier4CompileThreshold}).
+     */
+    private static final int WARM_UP_DOTS = 8192;
+    /** Weight rows {@link #warmUp} reads of each matrix: a few pages, so it makes little of the model resident. */
+    private static final int WARM_UP_ROWS = 64;
     /**
      * Outputs of a prefill panel: four vectors ({@link VectorOps#kernel6x4}'s 24 accumulators) where vectors have 16
      * lanes, which on x86 means AVX-512 and its 32 registers; two ({@link VectorOps#kernel4x2}) with narrower
@@ -184,6 +194,31 @@ final class CpuDevice implements ComputeDevice {
                 out[r * n + o] = format.dotPrepared(data, rowBytes * o, x, r * k, prepared, r * pl, k);
             }
         });
+    }
+
+    /**
+     * Runs the decode steps' fused dot products ({@link #matmulDots}, the path a one-row {@link #matmul} takes) on the
+     * first {@value #WARM_UP_ROWS} rows of each matrix until C2 has been asked to compile them. Its arena for one
+     * format's dot takes 13–42 MB (the packed Q6_K dot the most); compiled during the first output projection, as
+     * they were before, that memory came on top of the whole mapped model and set the process's peak resident size.
+     * The activations are a fixed pseudo-random sequence in [-1, 1), so the profile C2 compiles from is a decode
+     * step's: the real row length, every block taken.
+     */
+    @Override
+    public void warmUp(List<WeightMatrix> matrices) {
+        for (WeightMatrix w : matrices) {
+            int rows = Math.min(WARM_UP_ROWS, w.rows());
+            var head = new WeightMatrix(w.name(), w.format(), w.data().asSlice(0, w.rowBytes() * rows), rows, w.cols());
+            float[] x = new float[w.cols()];
+            SplittableRandom random = new SplittableRandom(rows);
+            for (int i = 0; i < x.length; i++) {
+                x[i] = (float) (random.nextDouble() * 2 - 1);
+            }
+            float[] out = new float[rows];
+            for (int done = 0; done < WARM_UP_DOTS; done += rows) {
+                matmulDots(head, x, 1, out);
+            }
+        }
     }
 
     /**

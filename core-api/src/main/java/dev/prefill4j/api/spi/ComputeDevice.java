@@ -2,6 +2,7 @@ package dev.prefill4j.api.spi;
 
 import dev.prefill4j.api.Api;
 import java.lang.foreign.MemorySegment;
+import java.util.List;
 import java.util.function.IntConsumer;
 
 /**
@@ -150,6 +151,20 @@ public interface ComputeDevice extends AutoCloseable {
      */
     default double measureReadBandwidth() {
         return Double.NaN;
+    }
+
+    /**
+     * Readies the one-row products of decode steps ({@link #matmul} with one activation row) for these matrices'
+     * formats before a session needs them, by running them on the first rows of each matrix. The engine calls it once
+     * per format, before a session's first prefill, while little of the model is resident: a device whose code is
+     * compiled at run time (the CPU device's, by the JVM) then compiles it now, and the compiler's temporary memory
+     * adds to a small resident set instead of to the whole model's at the first decode step. Results are unchanged.
+     * The default does nothing.
+     *
+     * @param matrices one matrix of each format to ready; only their first rows are read
+     * @since 1.1
+     */
+    default void warmUp(List<WeightMatrix> matrices) {
     }
 
     /** Stops the device's threads. Idempotent. */
