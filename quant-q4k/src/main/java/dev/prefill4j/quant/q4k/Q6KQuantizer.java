@@ -11,6 +11,7 @@ import jdk.incubator.vector.FloatVector;
 import jdk.incubator.vector.IntVector;
 import jdk.incubator.vector.ShortVector;
 import jdk.incubator.vector.VectorOperators;
+import jdk.incubator.vector.VectorShuffle;
 
 /**
  * GGUF Q6_K (type 14): 256 weights in 210 bytes: {@code ql[128]} low nibbles at 0, {@code qh[64]} high 2-bit pairs
@@ -67,21 +68,22 @@ public final class Q6KQuantizer implements Quantizer {
     }
 
     /**
-     * Fused, for 16 or 8 float lanes (elsewhere decoded a super-block at a time, {@link KQuants#dot}): the bits of four
-     * 6-bit levels are joined in int lanes, {@code (q - 32) * x} is scaled by {@code d * scale} of its 16-element group
-     * into one of four running sums. 2.3x the decode-then-dot (DotAB, 2,048 x 2,048, in-process); the 16 scales of a
-     * super-block converted and multiplied by {@code d} in vectors once, stored, and each group's broadcast from memory
-     * (one instruction; C2's loop went from 83 to 59 instructions per 32 weights against the former permute of that
-     * vector by a shuffle loaded from an array per group): 1.27x with rows of 2,048 in L2 and 1.21x streamed, the same
-     * bits (in-process A/B of the two builds in module layers of their own, one thread, medians of rounds 2-9; AVX2,
-     * 8 lanes; NOT VERIFIED on 16 lanes, where the permute had measured 1.22x over a scalar broadcast). Written out in
-     * one method on purpose: the same arithmetic through helpers that take and return vectors compiled to boxed vectors
-     * (allocations in the loop, seen in C2's code) and ran at 0.83x.
+     * With 8 float lanes (AVX2), {@link #dotPrepared}'s packed form over activations prepared in a per-thread buffer
+     * ({@link Blocks#dotByPreparing}). With 16, fused: the bits of four 6-bit levels are joined in int lanes, {@code
+     * (q - 32) * x} is scaled by {@code d * scale} of its 16-element group into one of four running sums, the 16 scales
+     * of a super-block converted and multiplied by {@code d} in vectors once and each group's broadcast from memory
+     * (NOT VERIFIED on 16 lanes, where no machine here has run it since that change; on 8 lanes this form measured 2.3x
+     * the decode-then-dot and 1.27x the former per-group shuffle of the scales). Other widths decode a super-block at a
+     * time ({@link KQuants#dot}). Written out in one method on purpose: the same arithmetic through helpers that take
+     * and return vectors compiled to boxed vectors (allocations in the loop, seen in C2's code) and ran at 0.83x.
      */
     @Override
     public float dot(MemorySegment src, long offset, float[] x, int xOffset, int count) {
         int lanes = KQuants.FLOATS.length();
-        if (lanes != 16 && lanes != 8) {
+        if (lanes == 8) {
+            return Blocks.dotByPreparing(this, src, offset, x, xOffset, count);
+        }
+        if (lanes != 16) {
             return KQuants.dot(this, src, offset, x, xOffset, count);
         }
         Blocks.checkCount(count, QK, id());
@@ -129,6 +131,129 @@ public final class Q6KQuantizer implements Quantizer {
                             .fma(FloatVector.broadcast(sp, sc[is + 6]), a3);
                 }
             }
+        }
+        return KQuants.sum(a0.add(a1).add(a2.add(a3)));
+    }
+
+    /** Whether {@link #dotPrepared}'s packed form runs: 8 float lanes (AVX2). */
+    private static final boolean PACKED = KQuants.FLOATS.length() == 8;
+    /** {@link #dotPrepared}: the scales of groups {@code 2p} (lanes 0-3) and {@code 2p + 1} (lanes 4-7) of a half. */
+    private static final VectorShuffle<Float> PAIR0 = pairs(0);
+    private static final VectorShuffle<Float> PAIR1 = pairs(1);
+    private static final VectorShuffle<Float> PAIR2 = pairs(2);
+    private static final VectorShuffle<Float> PAIR3 = pairs(3);
+
+    private static VectorShuffle<Float> pairs(int p) {
+        return PACKED ? VectorShuffle.fromOp(FloatVector.SPECIES_256, i -> 2 * p + (i >= 4 ? 1 : 0)) : null;
+    }
+
+    /** With 8 float lanes, a copy of the activations in {@link #dotPrepared}'s order; nothing elsewhere. */
+    @Override
+    public int preparedActivations(int count) {
+        Blocks.checkCount(count, QK, id());
+        return PACKED ? count : 0;
+    }
+
+    /**
+     * Each run of 32 activations {@code x[y0 + l]} as four runs of eight, {@code x[y0 + 4i + j]} at {@code 8j + i}: the
+     * order in which {@link #dotPrepared} takes the levels out of their bytes.
+     */
+    @Override
+    public void prepareActivations(float[] x, int xOffset, int count, float[] prepared, int preparedOffset) {
+        Blocks.checkCount(count, QK, id());
+        if (!PACKED) {
+            return;
+        }
+        for (int y0 = 0; y0 < count; y0 += 32) {
+            for (int j = 0; j < 4; j++) {
+                for (int i = 0; i < 8; i++) {
+                    prepared[preparedOffset + y0 + 8 * j + i] = x[xOffset + y0 + 4 * i + j];
+                }
+            }
+        }
+    }
+
+    /**
+     * The packed form, for 8 float lanes: 32 levels at a time in the bytes of int lanes, joined from 32 bytes of
+     * {@code ql} and {@code qh} by masks and shifts that never cross a byte (the {@code - 32} of every level by
+     * flipping its top bit in {@code qh} first, once a half: {@code q - 32} is {@code q ^ 32} read as a 6-bit signed
+     * number); byte {@code j} of each lane is then sign-extended by a shift up and an arithmetic shift down, converted
+     * to floats, multiplied by the activations {@link #prepareActivations} put in that order and scaled by its lanes'
+     * {@code d * scale} (groups {@code 2p} and {@code 2p + 1} of the half, one lane permute of the half's eight) into
+     * one of four running sums. Against the fused form on 8 lanes (bits joined per 8 levels in int lanes; 59
+     * instructions per 32 weights in C2's loop), one thread on a Zen 3 VM, 2,048-element rows, in-process A/B of the
+     * two builds, medians of 9 rounds in each order: 1.44-1.55x in L2, 1.32-1.54x streamed. One loop over the
+     * super-blocks' halves, and each group of 32 levels joined where it is used: with a loop over the two halves inside
+     * a loop over super-blocks C2 unrolled the halves and kept vectors on the stack (1.02x); joining all four groups
+     * first, 1.21x slower than this.
+     */
+    @Override
+    public float dotPrepared(MemorySegment src, long offset, float[] x, int xOffset, float[] prepared,
+                             int preparedOffset, int count) {
+        if (!PACKED) {
+            return dot(src, offset, x, xOffset, count);
+        }
+        Blocks.checkCount(count, QK, id());
+        int blocks = count / QK;
+        byte[] b = Blocks.stage(src, offset, blocks * BYTES);
+        var f = FloatVector.SPECIES_256;
+        var bytes = ByteVector.SPECIES_256;
+        FloatVector a0 = FloatVector.zero(f);
+        FloatVector a1 = a0;
+        FloatVector a2 = a0;
+        FloatVector a3 = a0;
+        for (int u = 0; u < 2 * blocks; u++) {
+            int o = (u >> 1) * BYTES;
+            int h = u & 1;
+            // ql bytes 0..31 hold groups 0 and 2 of the half, ql bytes 32..63 groups 1 and 3, qh bytes 0..31 all four.
+            IntVector lo = ByteVector.fromArray(bytes, b, o + 64 * h).reinterpretAsInts();
+            IntVector lo2 = ByteVector.fromArray(bytes, b, o + 64 * h + 32).reinterpretAsInts();
+            IntVector hb = ByteVector.fromArray(bytes, b, o + 128 + 32 * h).reinterpretAsInts()
+                    .lanewise(VectorOperators.XOR, 0xAAAAAAAA); // the top bit of every level flipped: q ^ 32
+            FloatVector sh = ((FloatVector) ByteVector.fromArray(KQuants.BYTES_PER_LANE, b, o + 192 + 8 * h)
+                    .convertShape(VectorOperators.B2F, f, 0)).mul(Blocks.fp16(b, o + 208));
+            int y = preparedOffset + (u >> 1) * QK + 128 * h;
+            IntVector q0 = lo.and(0x0F0F0F0F).or(hb.and(0x03030303).lanewise(VectorOperators.LSHL, 4));
+            FloatVector s0 = sh.rearrange(PAIR0);
+            a0 = ((FloatVector) q0.lanewise(VectorOperators.LSHL, 26).lanewise(VectorOperators.ASHR, 26)
+                    .convert(VectorOperators.I2F, 0)).mul(FloatVector.fromArray(f, prepared, y + 0)).fma(s0, a0);
+            a1 = ((FloatVector) q0.lanewise(VectorOperators.LSHL, 18).lanewise(VectorOperators.ASHR, 26)
+                    .convert(VectorOperators.I2F, 0)).mul(FloatVector.fromArray(f, prepared, y + 8)).fma(s0, a1);
+            a2 = ((FloatVector) q0.lanewise(VectorOperators.LSHL, 10).lanewise(VectorOperators.ASHR, 26)
+                    .convert(VectorOperators.I2F, 0)).mul(FloatVector.fromArray(f, prepared, y + 16)).fma(s0, a2);
+            a3 = ((FloatVector) q0.lanewise(VectorOperators.LSHL, 2).lanewise(VectorOperators.ASHR, 26)
+                    .convert(VectorOperators.I2F, 0)).mul(FloatVector.fromArray(f, prepared, y + 24)).fma(s0, a3);
+            IntVector q1 = lo2.and(0x0F0F0F0F).or(hb.and(0x0C0C0C0C).lanewise(VectorOperators.LSHL, 2));
+            FloatVector s1 = sh.rearrange(PAIR1);
+            a0 = ((FloatVector) q1.lanewise(VectorOperators.LSHL, 26).lanewise(VectorOperators.ASHR, 26)
+                    .convert(VectorOperators.I2F, 0)).mul(FloatVector.fromArray(f, prepared, y + 32)).fma(s1, a0);
+            a1 = ((FloatVector) q1.lanewise(VectorOperators.LSHL, 18).lanewise(VectorOperators.ASHR, 26)
+                    .convert(VectorOperators.I2F, 0)).mul(FloatVector.fromArray(f, prepared, y + 40)).fma(s1, a1);
+            a2 = ((FloatVector) q1.lanewise(VectorOperators.LSHL, 10).lanewise(VectorOperators.ASHR, 26)
+                    .convert(VectorOperators.I2F, 0)).mul(FloatVector.fromArray(f, prepared, y + 48)).fma(s1, a2);
+            a3 = ((FloatVector) q1.lanewise(VectorOperators.LSHL, 2).lanewise(VectorOperators.ASHR, 26)
+                    .convert(VectorOperators.I2F, 0)).mul(FloatVector.fromArray(f, prepared, y + 56)).fma(s1, a3);
+            IntVector q2 = lo.lanewise(VectorOperators.LSHR, 4).and(0x0F0F0F0F).or(hb.and(0x30303030));
+            FloatVector s2 = sh.rearrange(PAIR2);
+            a0 = ((FloatVector) q2.lanewise(VectorOperators.LSHL, 26).lanewise(VectorOperators.ASHR, 26)
+                    .convert(VectorOperators.I2F, 0)).mul(FloatVector.fromArray(f, prepared, y + 64)).fma(s2, a0);
+            a1 = ((FloatVector) q2.lanewise(VectorOperators.LSHL, 18).lanewise(VectorOperators.ASHR, 26)
+                    .convert(VectorOperators.I2F, 0)).mul(FloatVector.fromArray(f, prepared, y + 72)).fma(s2, a1);
+            a2 = ((FloatVector) q2.lanewise(VectorOperators.LSHL, 10).lanewise(VectorOperators.ASHR, 26)
+                    .convert(VectorOperators.I2F, 0)).mul(FloatVector.fromArray(f, prepared, y + 80)).fma(s2, a2);
+            a3 = ((FloatVector) q2.lanewise(VectorOperators.LSHL, 2).lanewise(VectorOperators.ASHR, 26)
+                    .convert(VectorOperators.I2F, 0)).mul(FloatVector.fromArray(f, prepared, y + 88)).fma(s2, a3);
+            IntVector q3 = lo2.lanewise(VectorOperators.LSHR, 4).and(0x0F0F0F0F)
+                    .or(hb.lanewise(VectorOperators.LSHR, 2).and(0x30303030));
+            FloatVector s3 = sh.rearrange(PAIR3);
+            a0 = ((FloatVector) q3.lanewise(VectorOperators.LSHL, 26).lanewise(VectorOperators.ASHR, 26)
+                    .convert(VectorOperators.I2F, 0)).mul(FloatVector.fromArray(f, prepared, y + 96)).fma(s3, a0);
+            a1 = ((FloatVector) q3.lanewise(VectorOperators.LSHL, 18).lanewise(VectorOperators.ASHR, 26)
+                    .convert(VectorOperators.I2F, 0)).mul(FloatVector.fromArray(f, prepared, y + 104)).fma(s3, a1);
+            a2 = ((FloatVector) q3.lanewise(VectorOperators.LSHL, 10).lanewise(VectorOperators.ASHR, 26)
+                    .convert(VectorOperators.I2F, 0)).mul(FloatVector.fromArray(f, prepared, y + 112)).fma(s3, a2);
+            a3 = ((FloatVector) q3.lanewise(VectorOperators.LSHL, 2).lanewise(VectorOperators.ASHR, 26)
+                    .convert(VectorOperators.I2F, 0)).mul(FloatVector.fromArray(f, prepared, y + 120)).fma(s3, a3);
         }
         return KQuants.sum(a0.add(a1).add(a2.add(a3)));
     }
