@@ -156,10 +156,10 @@ public interface ComputeDevice extends AutoCloseable {
     /**
      * Readies the one-row products of decode steps ({@link #matmul} with one activation row) for these matrices'
      * formats before a session needs them, by running them on the first rows of each matrix. The engine calls it once
-     * per format, before a session's first prefill, while little of the model is resident: a device whose code is
-     * compiled at run time (the CPU device's, by the JVM) then compiles it now, and the compiler's temporary memory
-     * adds to a small resident set instead of to the whole model's at the first decode step. Results are unchanged.
-     * The default does nothing.
+     * per format (for the output matrix), before a session's first prefill, while little of the model is resident: a
+     * device whose code is compiled at run time (the CPU device's, by the JVM) then compiles it now, and the
+     * compiler's temporary memory adds to a small resident set instead of to the whole model's when the first one-row
+     * product runs. Results are unchanged. The default does nothing.
      *
      * @param matrices one matrix of each format to ready; only their first rows are read
      * @since 1.1
