@@ -262,7 +262,8 @@ final class VectorOps {
     /**
      * Transposes an 8 x 8 tile, as {@link #transpose16} does a 16 x 16 one, for 8 float lanes (AVX2): three stages
      * that swap the off-diagonal blocks of every row pair (block size 4, 2, 1), each output row one lane permute and
-     * one blend, since AVX2 has no two-vector permute: 48 of those a tile, where a gather per column took eight a tile.
+     * one blend, since AVX2 has no two-vector permute: 24 permutes and 24 blends a tile, where a gather per column
+     * took eight gathers a tile.
      * pp512 on the 1B files against the gathers, the two in one process in ABBA order, medians of 7 rounds, the same
      * logits: F16 1.078x, Q4_0 1.055x, Q8_0 1.01x (Zen 3 VM, 2 threads).
      */
@@ -585,7 +586,8 @@ final class VectorOps {
      * offset, not of a vector: with {@code add ? load : zero}, when both arms were compiled (C2 keeps the arms a
      * method's profile has seen, and when a kernel is compiled depends on what ran first) the kernel's vectors met in
      * a merge that C2 did not scalarize; kernel4x2 then compiled to 684 instructions with 231 stack accesses and 23
-     * calls instead of 386, 86 and 14, and pp512 on the 1B Q4_0 file ran at about 0.9x.
+     * calls instead of 386, 86 and 14, and pp512 on the 1B Q4_0 file ran at a median of 0.88x (eight alternating
+     * pairs of processes).
      */
     private static FloatVector start(float[] s, int i) {
         return FloatVector.fromArray(FLOATS, s, i);

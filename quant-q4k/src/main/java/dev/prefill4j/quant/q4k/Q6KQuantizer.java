@@ -182,7 +182,7 @@ public final class Q6KQuantizer implements Quantizer {
      * {@code d * scale} (groups {@code 2p} and {@code 2p + 1} of the half, one lane permute of the half's eight) into
      * one of four running sums. Against the fused form on 8 lanes (bits joined per 8 levels in int lanes; 59
      * instructions per 32 weights in C2's loop), one thread on a Zen 3 VM, 2,048-element rows, in-process A/B of the
-     * two builds, medians of 9 rounds in each order: 1.44-1.55x in L2, 1.32-1.54x streamed. One loop over the
+     * two builds, medians of 9 rounds in each order: 1.44-1.56x in L2, 1.32-1.54x streamed. One loop over the
      * super-blocks' halves, and each group of 32 levels joined where it is used: with a loop over the two halves inside
      * a loop over super-blocks C2 unrolled the halves and kept vectors on the stack (1.02x); joining all four groups
      * first, 1.21x slower than this.
