@@ -59,7 +59,7 @@ final class Ternary {
      * order ({@link TernaryQuantizer#unpack}); each vector of trits becomes -1, 0, +1 by a lane permute ({@link
      * #SIGNS}) and is multiplied into one of four sums, one per {@code n}, in the order TQ2_0 packs them (element
      * {@code 128c + 32n + m} for {@code c}, then {@code m} a vector at a time), so the two formats give the same bits
-     * ({@link TQ2_0Quantizer#dotStaged}); the block sum {@code (s0 + s1) + (s2 + s3)} is scaled by the block's {@code
+     * ({@link TQ2_0Quantizer#dotRow}); the block sum {@code (s0 + s1) + (s2 + s3)} is scaled by the block's {@code
      * d}, and the lanes are added by a fixed tree ({@link #sum}). Four chains instead of one, whose 32 FMAs per block
      * with 8-lane vectors waited on each other: TQ2_0's gate/up products took 0.77 and 0.83 of their time in two of
      * three alternating pairs of processes and 1.03 in the third (Zen 3 VM). A multiply by -1, 0 or +1 is exact, so this is the masked addition and subtraction

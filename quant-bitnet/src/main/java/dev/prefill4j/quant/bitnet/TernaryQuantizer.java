@@ -20,19 +20,19 @@ abstract sealed class TernaryQuantizer implements Quantizer permits TQ1_0Quantiz
     /** Writes the trits (0, 1, 2 for -1, 0, +1) of the staged block at {@code o} to {@code trits} in element order. */
     abstract void unpack(byte[] staged, int o, byte[] trits);
 
-    /** Activations times -1, 0 or +1 in vector lanes ({@link #dotStaged}). */
+    /** Activations times -1, 0 or +1 in vector lanes ({@link #dotRow}). */
     @Override
     public final float dot(MemorySegment src, long offset, float[] x, int xOffset, int count) {
-        int blocks = blocks(count);
-        return dotStaged(Blocks.stage(src, offset, blocks * blockBytes()), blocks, x, xOffset);
+        return dotRow(src, offset, blocks(count), x, xOffset);
     }
 
     /**
-     * The float dot product of staged blocks; by default over the unpacked trits ({@link Ternary#dot}). A format
-     * that overrides it must add the same products in the same order, so that both formats give the same bits.
+     * The float dot product of {@code blocks} blocks at {@code offset}; by default the row is staged into an array and
+     * multiplied over its unpacked trits ({@link Ternary#dot}). A format that overrides it must add the same products
+     * in the same order, so that both formats give the same bits.
      */
-    float dotStaged(byte[] staged, int blocks, float[] x, int xOffset) {
-        return Ternary.dot(staged, blocks, this, x, xOffset);
+    float dotRow(MemorySegment src, long offset, int blocks, float[] x, int xOffset) {
+        return Ternary.dot(Blocks.stage(src, offset, blocks * blockBytes()), blocks, this, x, xOffset);
     }
 
     @Override
