@@ -65,6 +65,9 @@ final class CpuDevice implements ComputeDevice {
     private final ThreadLocal<float[]> tileBuffer = new ThreadLocal<>();
     /** Per thread: the up product of a panel, for SwiGLU in the GEMM's epilogue. */
     private final ThreadLocal<float[]> epilogueBuffer = new ThreadLocal<>();
+    /** Per calling thread: the activations a decode product's format prepares ({@link #prepare}), and up's. */
+    private final ThreadLocal<float[]> preparedBuffer = new ThreadLocal<>();
+    private final ThreadLocal<float[]> upPreparedBuffer = new ThreadLocal<>();
 
     CpuDevice(int threads) {
         this.threads = threads;
@@ -188,7 +191,7 @@ final class CpuDevice implements ComputeDevice {
         var format = w.format();
         var data = w.data();
         int pl = format.preparedActivations(k);
-        float[] prepared = prepare(format, x, rows, k);
+        float[] prepared = prepare(preparedBuffer, format, x, rows, k);
         eachOutput(n, o -> {
             for (int r = 0; r < rows; r++) {
                 out[r * n + o] = format.dotPrepared(data, rowBytes * o, x, r * k, prepared, r * pl, k);
@@ -223,11 +226,13 @@ final class CpuDevice implements ComputeDevice {
 
     /**
      * {@return what {@code format} derives from each of {@code rows} activation rows of {@code k} elements, row
-     * {@code r} at {@code r * preparedActivations(k)}: once for all weight rows (empty for a format that needs nothing)}
+     * {@code r} at {@code r * preparedActivations(k)}: once for all weight rows, in this thread's buffer of {@code
+     * perThread}: a decode step allocates nothing here (a new array a call was 8-32 KiB a product for the Q6_K dot on
+     * 8 lanes, which prepares a copy of the activations)}
      */
-    private static float[] prepare(Quantizer format, float[] x, int rows, int k) {
+    private static float[] prepare(ThreadLocal<float[]> perThread, Quantizer format, float[] x, int rows, int k) {
         int pl = format.preparedActivations(k);
-        float[] prepared = new float[rows * pl];
+        float[] prepared = buffer(perThread, rows * pl);
         for (int r = 0; pl > 0 && r < rows; r++) {
             format.prepareActivations(x, r * k, k, prepared, r * pl);
         }
@@ -377,8 +382,8 @@ final class CpuDevice implements ComputeDevice {
             var uf = up.format();
             int gl = gf.preparedActivations(k);
             int ul = uf.preparedActivations(k);
-            float[] gp = prepare(gf, x, rows, k);
-            float[] upr = uf == gf ? gp : prepare(uf, x, rows, k);
+            float[] gp = prepare(preparedBuffer, gf, x, rows, k);
+            float[] upr = uf == gf ? gp : prepare(upPreparedBuffer, uf, x, rows, k);
             eachOutput(n, o -> {
                 for (int r = 0; r < rows; r++) {
                     float g = gf.dotPrepared(gate.data(), gate.rowBytes() * o, x, r * k, gp, r * gl, k);
