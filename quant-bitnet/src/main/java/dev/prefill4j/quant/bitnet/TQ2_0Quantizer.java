@@ -97,8 +97,9 @@ public final class TQ2_0Quantizer extends TernaryQuantizer {
             FloatVector s3 = s0;
             for (int c = 0; c < 2; c++) {
                 for (int m = 0; m < 32; m += lanes) {
-                    IntVector packed = (IntVector) ByteVector.fromMemorySegment(Ternary.TRIT_LANES, b, o + 32 * c + m,
-                                    ByteOrder.LITTLE_ENDIAN).convertShape(VectorOperators.ZERO_EXTEND_B2I, Ternary.INTS, 0);
+                    IntVector packed = (IntVector) ByteVector
+                            .fromMemorySegment(Ternary.TRIT_LANES, b, o + 32 * c + m, ByteOrder.LITTLE_ENDIAN)
+                            .convertShape(VectorOperators.ZERO_EXTEND_B2I, Ternary.INTS, 0);
                     int e = base + 128 * c + m;
                     s0 = packed.selectFrom(Ternary.SIGNS).reinterpretAsFloats()
                             .fma(FloatVector.fromArray(floats, x, e), s0);
