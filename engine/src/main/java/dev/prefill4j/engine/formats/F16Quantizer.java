@@ -49,9 +49,9 @@ public final class F16Quantizer implements Quantizer {
         }
     }
 
-    /** Decoded a chunk at a time into L1 and multiplied with vectors ({@link FusedDot}). */
+    /** Read straight from {@code src} and multiplied with vectors ({@link FusedDot#f16}). */
     @Override
     public float dot(MemorySegment src, long offset, float[] x, int xOffset, int count) {
-        return FusedDot.byDecoding(this, src, offset, x, xOffset, count);
+        return FusedDot.f16(this, src, offset, x, xOffset, count);
     }
 }

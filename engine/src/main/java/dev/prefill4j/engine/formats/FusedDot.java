@@ -1,8 +1,14 @@
 package dev.prefill4j.engine.formats;
 
+import dev.prefill4j.api.spi.Blocks;
 import dev.prefill4j.api.spi.Quantizer;
 import java.lang.foreign.MemorySegment;
+import java.nio.ByteOrder;
 import jdk.incubator.vector.FloatVector;
+import jdk.incubator.vector.IntVector;
+import jdk.incubator.vector.ShortVector;
+import jdk.incubator.vector.VectorOperators;
+import jdk.incubator.vector.VectorShape;
 import jdk.incubator.vector.VectorShuffle;
 import jdk.incubator.vector.VectorSpecies;
 
@@ -31,6 +37,70 @@ final class FusedDot {
         }
         q.decode(src, offset, buf, 0, count);
         return dot(buf, x, xOffset, count);
+    }
+
+    private static final VectorSpecies<Integer> INTS = VectorSpecies.of(int.class, FLOATS.vectorShape());
+    /** Half the float vector's width: one float16 per float lane (null where no vector shape is that narrow). */
+    private static final VectorSpecies<Short> HALVES = FLOATS.vectorBitSize() >= 128
+            ? VectorSpecies.of(short.class, VectorShape.forBitSize(FLOATS.vectorBitSize() / 2)) : null;
+    /** Magnitude bits of a float16 once shifted into a float's place; exponent 31 (infinity, NaN) is 0x0F800000 up. */
+    private static final int F16_MAGNITUDE = 0x0FFFE000;
+
+    /**
+     * {@return the dot product of {@code count} float16 weights at {@code offset} with {@code x}}, read straight from
+     * {@code src}: each weight's sign-extended bits shifted left by 13 put its sign, exponent and mantissa in a float's
+     * places ({@code & 0x8FFFE000} clears the copies of the sign above the exponent), and times 2^112 the exponent is
+     * rebiased, exactly for normal and subnormal values alike (the Vector API has no float16 conversion). The same
+     * four running sums, lane tree and scalar tail as {@link #byDecoding} over the decoded row, so the same bits. An
+     * infinity or NaN would come out finite this way: the largest magnitude is tracked and such a row is redone by
+     * {@link #byDecoding}. One thread on a Zen 3 VM (AVX2), a harness of this loop against {@code byDecoding},
+     * medians of 8-10 in-process rounds: 2,048-element rows 1.30x in L2 and 1.46x streamed from memory, 8,192-element
+     * rows 1.6x and 1.33x; without the magnitude check it was 1.6x streamed, but an infinite weight would then pass.
+     */
+    static float f16(Quantizer f16, MemorySegment src, long offset, float[] x, int xOffset, int count) {
+        if (HALVES == null) {
+            return byDecoding(f16, src, offset, x, xOffset, count);
+        }
+        FloatVector a0 = FloatVector.zero(FLOATS);
+        FloatVector a1 = a0;
+        FloatVector a2 = a0;
+        FloatVector a3 = a0;
+        IntVector largest = IntVector.zero(INTS);
+        int step = FLOATS.length();
+        int i = 0;
+        for (; i + 4 * step <= count; i += 4 * step) {
+            long o = offset + 2L * i;
+            IntVector t0 = f16Bits(src, o);
+            IntVector t1 = f16Bits(src, o + 2L * step);
+            IntVector t2 = f16Bits(src, o + 4L * step);
+            IntVector t3 = f16Bits(src, o + 6L * step);
+            largest = largest.max(t0.and(F16_MAGNITUDE).max(t1.and(F16_MAGNITUDE)))
+                    .max(t2.and(F16_MAGNITUDE).max(t3.and(F16_MAGNITUDE)));
+            a0 = f16Value(t0).fma(FloatVector.fromArray(FLOATS, x, xOffset + i), a0);
+            a1 = f16Value(t1).fma(FloatVector.fromArray(FLOATS, x, xOffset + i + step), a1);
+            a2 = f16Value(t2).fma(FloatVector.fromArray(FLOATS, x, xOffset + i + 2 * step), a2);
+            a3 = f16Value(t3).fma(FloatVector.fromArray(FLOATS, x, xOffset + i + 3 * step), a3);
+        }
+        float tail = 0;
+        for (; i < count; i++) {
+            float w = Float.float16ToFloat(src.get(Blocks.I16, offset + 2L * i));
+            tail = Math.fma(w, x[xOffset + i], tail);
+        }
+        if (largest.reduceLanes(VectorOperators.MAX) >= 0x0F800000) {
+            return byDecoding(f16, src, offset, x, xOffset, count);
+        }
+        return sum(a0.add(a1).add(a2.add(a3))) + tail;
+    }
+
+    /** A vector of float16 bits at {@code o}, sign-extended to int lanes and shifted into a float's places. */
+    private static IntVector f16Bits(MemorySegment src, long o) {
+        return ((IntVector) ShortVector.fromMemorySegment(HALVES, src, o, ByteOrder.LITTLE_ENDIAN)
+                .convertShape(VectorOperators.S2I, INTS, 0)).lanewise(VectorOperators.LSHL, 13);
+    }
+
+    /** The finite float values of {@link #f16Bits}' lanes: sign and magnitude kept, exponent rebiased by 2^112. */
+    private static FloatVector f16Value(IntVector bits) {
+        return bits.and(0x8FFFE000).reinterpretAsFloats().mul(0x1p112f);
     }
 
     /** {@return {@code sum w[i] * x[xOffset + i]} for {@code i < count}}: four running sums of vector FMAs, a scalar tail. */

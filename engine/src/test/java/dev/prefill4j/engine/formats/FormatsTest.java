@@ -128,6 +128,66 @@ class FormatsTest {
         }
     }
 
+    /**
+     * The F16 dot product reads its weights in place with a conversion of its own ({@link FusedDot#f16}); it must
+     * see every finite half exactly as {@link Float#float16ToFloat} does: rows of 69 weights (vector part and scalar
+     * tail alike) hold all 63,488 finite halves in turn, and a one-hot activation picks each weight out, so the dot
+     * is that weight (tolerance 0). A row holding an infinity or a NaN, in the vector part or the tail, must give
+     * infinity or NaN as the scalar reference does (the in-place conversion alone would make them finite); and on
+     * random rows the dot is bit for bit the dot of the decoded row.
+     */
+    @Test
+    void f16DotSeesEveryHalfAsTheScalarConversion() {
+        Quantizer f16 = new F16Quantizer();
+        int n = 69;
+        MemorySegment row = Arena.ofAuto().allocate(2L * n + 1).asSlice(1); // unaligned on purpose
+        float[] x = new float[n];
+        var halves = ValueLayout.JAVA_SHORT_UNALIGNED.withOrder(ByteOrder.LITTLE_ENDIAN);
+        int h = 0;
+        int checked = 0;
+        while (h < 65536) {
+            short[] bits = new short[n];
+            for (int i = 0; i < n; i++) {
+                while (h < 65536 && (h & 0x7C00) == 0x7C00) {
+                    h++; // infinities and NaNs: below
+                }
+                bits[i] = (short) (h < 65536 ? h++ : 0);
+                row.set(halves, 2L * i, bits[i]);
+            }
+            for (int i = 0; i < n; i++) {
+                Arrays.fill(x, 0);
+                x[i] = 1;
+                assertEquals(Float.float16ToFloat(bits[i]), f16.dot(row, 0, x, 0, n), 0.0,
+                        "half 0x" + Integer.toHexString(bits[i] & 0xFFFF) + " at " + i);
+                checked++;
+            }
+        }
+        assertTrue(checked >= 63488, "every finite half checked: " + checked);
+        Arrays.fill(x, 1);
+        for (int at : new int[] {0, 40, 68}) { // first vector, a later one, the scalar tail
+            for (short special : new short[] {(short) 0x7C00, (short) 0xFC00, (short) 0x7E00}) {
+                for (int i = 0; i < n; i++) {
+                    row.set(halves, 2L * i, Float.floatToFloat16(0.25f));
+                }
+                row.set(halves, 2L * at, special);
+                float expected = Float.float16ToFloat(special);
+                float got = f16.dot(row, 0, x, 0, n);
+                assertEquals(expected, got, "0x" + Integer.toHexString(special & 0xFFFF) + " at " + at);
+            }
+        }
+        SplittableRandom rnd = new SplittableRandom(11);
+        for (int len : new int[] {64, 2048 + 13}) {
+            MemorySegment w = Arena.ofAuto().allocate(2L * len);
+            float[] a = new float[len];
+            for (int i = 0; i < len; i++) {
+                w.set(halves, 2L * i, Float.floatToFloat16((float) rnd.nextGaussian()));
+                a[i] = (float) rnd.nextGaussian();
+            }
+            assertEquals(Float.floatToRawIntBits(FusedDot.byDecoding(f16, w, 0, a, 0, len)),
+                    Float.floatToRawIntBits(f16.dot(w, 0, a, 0, len)), "length " + len);
+        }
+    }
+
     @Test
     void bf16RoundsToNearestEven() {
         // 1 + 2^-8 lies exactly between two bf16 values (1 and 1 + 2^-7): ties go to the even mantissa, 1.0.
