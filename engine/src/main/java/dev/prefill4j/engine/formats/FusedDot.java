@@ -89,7 +89,20 @@ final class FusedDot {
         if (largest.reduceLanes(VectorOperators.MAX) >= 0x0F800000) {
             return byDecoding(f16, src, offset, x, xOffset, count);
         }
-        return sum(a0.add(a1).add(a2.add(a3))) + tail;
+        FloatVector v = a0.add(a1).add(a2.add(a3));
+        if (L > 16) {
+            return sum(v) + tail;
+        }
+        // sum's tree written out here: called, C2 left it out of line in this method and boxed its argument for every
+        // row (JFR allocation samples during decode), a young collection every few dozen rows.
+        if (L > 8) {
+            v = v.add(v.rearrange(X8));
+        }
+        if (L > 4) {
+            v = v.add(v.rearrange(X4));
+        }
+        v = v.add(v.rearrange(X2));
+        return v.add(v.rearrange(X1)).lane(0) + tail;
     }
 
     /** A vector of float16 bits at {@code o}, sign-extended to int lanes and shifted into a float's places. */
