@@ -66,11 +66,11 @@ final class KQuants {
         return (IntVector) ByteVector.fromArray(BYTES_PER_LANE, b, at).convertShape(VectorOperators.ZERO_EXTEND_B2I, INTS, 0);
     }
 
-    private static final int L = FLOATS.length();
-    private static final VectorShuffle<Float> X8 = L > 8 ? VectorShuffle.fromOp(FLOATS, i -> i ^ 8) : null;
-    private static final VectorShuffle<Float> X4 = L > 4 ? VectorShuffle.fromOp(FLOATS, i -> i ^ 4) : null;
-    private static final VectorShuffle<Float> X2 = VectorShuffle.fromOp(FLOATS, i -> i ^ 2);
-    private static final VectorShuffle<Float> X1 = VectorShuffle.fromOp(FLOATS, i -> i ^ 1);
+    static final int L = FLOATS.length();
+    static final VectorShuffle<Float> X8 = L > 8 ? VectorShuffle.fromOp(FLOATS, i -> i ^ 8) : null;
+    static final VectorShuffle<Float> X4 = L > 4 ? VectorShuffle.fromOp(FLOATS, i -> i ^ 4) : null;
+    static final VectorShuffle<Float> X2 = VectorShuffle.fromOp(FLOATS, i -> i ^ 2);
+    static final VectorShuffle<Float> X1 = VectorShuffle.fromOp(FLOATS, i -> i ^ 1);
 
     /**
      * {@return the sum of the lanes of {@code v}} in a fixed order that is the same in compiled and interpreted code:

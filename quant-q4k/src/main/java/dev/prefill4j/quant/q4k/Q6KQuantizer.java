@@ -143,15 +143,6 @@ public final class Q6KQuantizer implements Quantizer {
     private static final VectorShuffle<Float> PAIR2 = pairs(2);
     private static final VectorShuffle<Float> PAIR3 = pairs(3);
 
-    /** {@link KQuants#sum}'s tree over the packed form's 8 lanes: lane {@code i} plus lane {@code i ^ 4}, 2, 1. */
-    private static final VectorShuffle<Float> TREE4 = tree(4);
-    private static final VectorShuffle<Float> TREE2 = tree(2);
-    private static final VectorShuffle<Float> TREE1 = tree(1);
-
-    private static VectorShuffle<Float> tree(int b) {
-        return PACKED ? VectorShuffle.fromOp(FloatVector.SPECIES_256, i -> i ^ b) : null;
-    }
-
     private static VectorShuffle<Float> pairs(int p) {
         return PACKED ? VectorShuffle.fromOp(FloatVector.SPECIES_256, i -> 2 * p + (i >= 4 ? 1 : 0)) : null;
     }
@@ -264,13 +255,13 @@ public final class Q6KQuantizer implements Quantizer {
             a3 = ((FloatVector) q3.lanewise(VectorOperators.LSHL, 2).lanewise(VectorOperators.ASHR, 26)
                     .convert(VectorOperators.I2F, 0)).mul(FloatVector.fromArray(f, prepared, y + 120)).fma(s3, a3);
         }
-        // KQuants.sum's tree written out (the same additions): called here, C2 left it out of line and boxed its
+        // KQuants.sum's tree for 8 lanes written out (the same additions): called here, C2 left it out of line and boxed its
         // argument for every row, the output matrix's 128,256 a token (JFR allocation samples: about 2 GB over a
         // tg128 run on the 1B Q4_0 file).
         FloatVector v = a0.add(a1).add(a2.add(a3));
-        v = v.add(v.rearrange(TREE4));
-        v = v.add(v.rearrange(TREE2));
-        return v.add(v.rearrange(TREE1)).lane(0);
+        v = v.add(v.rearrange(KQuants.X4));
+        v = v.add(v.rearrange(KQuants.X2));
+        return v.add(v.rearrange(KQuants.X1)).lane(0);
     }
 
     /** Q6_K multiplies Q8_K activation codes in integer lanes ({@link #dotEncoded}). */
