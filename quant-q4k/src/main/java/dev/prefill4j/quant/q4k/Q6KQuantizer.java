@@ -255,9 +255,9 @@ public final class Q6KQuantizer implements Quantizer {
             a3 = ((FloatVector) q3.lanewise(VectorOperators.LSHL, 2).lanewise(VectorOperators.ASHR, 26)
                     .convert(VectorOperators.I2F, 0)).mul(FloatVector.fromArray(f, prepared, y + 120)).fma(s3, a3);
         }
-        // KQuants.sum's tree for 8 lanes written out (the same additions): called here, C2 left it out of line and boxed its
-        // argument for every row, the output matrix's 128,256 a token (JFR allocation samples: about 2 GB over a
-        // tg128 run on the 1B Q4_0 file).
+        // KQuants.sum's tree for 8 lanes written out (the same additions): called here, C2 left it out of line and
+        // boxed its argument for every row, the output matrix's 128,256 a token (JFR allocation samples: about 2 GB
+        // over a tg128 run on the 1B Q4_0 file).
         FloatVector v = a0.add(a1).add(a2.add(a3));
         v = v.add(v.rearrange(KQuants.X4));
         v = v.add(v.rearrange(KQuants.X2));
