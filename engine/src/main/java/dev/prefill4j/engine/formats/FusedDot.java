@@ -95,7 +95,7 @@ final class FusedDot {
             return sum(v) + tail;
         }
         // sum's tree written out here: called, C2 left it out of line in this method and boxed its argument for every
-        // row (JFR allocation samples during decode), a young collection every few dozen rows.
+        // row (JFR allocation samples during decode; 1,467 more young collections over a tg64 run of the 1B F16 file).
         if (L > 8) {
             v = v.add(v.rearrange(X8));
         }
