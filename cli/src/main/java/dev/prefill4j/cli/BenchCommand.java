@@ -167,7 +167,7 @@ final class BenchCommand implements Callable<Integer> {
                 row.put("backend", e.device().description());
                 row.put("kv_type", base.kvType().name().toLowerCase(Locale.ROOT).replace('_', '-'));
                 row.put("activations", base.activations().name().toLowerCase(Locale.ROOT).replace('_', '-'));
-                row.put("chunk", base.chunkSize());
+                row.put("chunk", e.chunkSize(model, base.withContextLength(ctx)));
                 row.put("test", test);
                 row.put("tokens_per_s_mean", mean);
                 row.put("tokens_per_s_sd", sd);

@@ -128,7 +128,7 @@ final class RunCommand implements Callable<Integer> {
                 doc.put("backend", e.device().description());
                 doc.put("kv_type", options.kvType().name().toLowerCase(Locale.ROOT).replace('_', '-'));
                 doc.put("activations", options.activations().name().toLowerCase(Locale.ROOT).replace('_', '-'));
-                doc.put("chunk", options.chunkSize());
+                doc.put("chunk", e.chunkSize(model, options));
                 doc.put("seed", samplingSeed);
                 doc.put("temperature", temperature);
                 doc.put("prompt", engine.resuming() ? null : prompt);

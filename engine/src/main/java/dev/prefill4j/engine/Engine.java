@@ -203,9 +203,63 @@ public final class Engine implements AutoCloseable {
         KVConfig kv = new KVConfig(c.layers(), c.kvDim(), capacity, options.kvType(), Math.min(pageSize, capacity),
                 options.kvOptions());
         Map<Quantizer, Quantizer> activationFormats = activationFormats(model, options.activations());
+        int chunk = chunkSize(model, options, activationFormats);
         warmUp(model, activationFormats);
-        return new Session(model, device, kernel, kvStore.open(kv), capacity, Math.min(options.chunkSize(), capacity),
-                activationFormats, workspaces);
+        return new Session(model, device, kernel, kvStore.open(kv), capacity, chunk, activationFormats, workspaces);
+    }
+
+    /**
+     * {@return the prefill chunk a session of {@code model} opened with {@code options} runs} The options' chunk, or,
+     * where they leave it to the engine ({@link SessionOptions#ENGINE_CHUNK}), {@link SessionOptions#LARGE_CHUNK} when
+     * its activation buffers fit the memory allowance and {@link SessionOptions#DEFAULT_CHUNK} otherwise (see {@link
+     * #MEMORY_ALLOWANCE}); never more than the session's context.
+     *
+     * @param model   the model
+     * @param options the session's options
+     */
+    public int chunkSize(LlamaModel model, SessionOptions options) {
+        return chunkSize(model, options, activationFormats(model, options.activations()));
+    }
+
+    private static int chunkSize(LlamaModel model, SessionOptions options, Map<Quantizer, Quantizer> formats) {
+        LlamaConfig c = model.config();
+        int capacity = options.contextLength() == 0 ? c.contextLength() : options.contextLength();
+        int chunk = options.chunkSize() != SessionOptions.ENGINE_CHUNK ? options.chunkSize()
+                : defaultChunk(c, model.weightBytes(), formats);
+        return Math.min(chunk, capacity);
+    }
+
+    /**
+     * The memory the engine allows itself beside the weights it maps: 15% of their bytes, as much as {@code bench}
+     * checks its peak resident memory against (model + KV cache + 15%).
+     */
+    static final double MEMORY_ALLOWANCE = 0.15;
+
+    /**
+     * What the runtime itself keeps resident beside the weights, the KV cache and the activation buffers: the JVM's
+     * files, heap, code cache, metaspace and compiler arenas. Measured on the 1B Q4_0 file ({@code bench -m
+     * 1b-q4_0.gguf -p 512 -n 16 -r 1}, chunk 256, Zen 5 VM, 2026-12-03): peaks of 855.3-858.1 MiB against the model's
+     * 730.3 MiB, 16 MiB of KV cache and 13 MiB of activations, 96-99 MiB over them; rounded up.
+     */
+    static final long RUNTIME_BYTES = 100L << 20;
+
+    /**
+     * {@return the chunk for options that leave it to the engine} A larger chunk decodes every weight fewer times per
+     * prompt (a 512-token prompt once instead of twice: F16 pp512 at 70.3-75.6% of the FMA peak against 63.3-64.6% in
+     * alternating runs), at the price of proportionally larger activation buffers (13 MiB more for the 1B geometry).
+     * {@link SessionOptions#LARGE_CHUNK} is taken where the runtime's own memory and that chunk's buffers fit in the
+     * {@linkplain #MEMORY_ALLOWANCE allowance} over the weights; for the 1B geometry that is from about 840 MiB of
+     * weights on (its Q8_0 and F16 files, not its Q4_0 and Q4_K_M ones, which stay at {@link
+     * SessionOptions#DEFAULT_CHUNK}).
+     *
+     * @param c                 the model's geometry
+     * @param weightBytes       the bytes of the model's weights
+     * @param activationFormats weight format -> activation format of the session (sizes its buffers)
+     */
+    static int defaultChunk(LlamaConfig c, long weightBytes, Map<Quantizer, Quantizer> activationFormats) {
+        long large = Workspace.Shape.of(c, SessionOptions.LARGE_CHUNK, activationFormats).bytes();
+        return RUNTIME_BYTES + large <= MEMORY_ALLOWANCE * weightBytes ? SessionOptions.LARGE_CHUNK
+                : SessionOptions.DEFAULT_CHUNK;
     }
 
     /**

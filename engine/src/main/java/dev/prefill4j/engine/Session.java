@@ -74,14 +74,8 @@ public final class Session implements AutoCloseable {
         this.capacity = capacity;
         this.chunk = chunk;
         this.activationFormats = Map.copyOf(activationFormats);
-        int widest = Math.max(Math.max(c.dim(), c.qDim()), c.ffnDim());
-        boolean decodes = activationFormats.keySet().stream().anyMatch(w -> !w.hasEncodedDot());
-        long rowBytes = activationFormats.values().stream()
-                .mapToLong(q -> (widest + q.blockSize() - 1L) / q.blockSize() * q.blockBytes()).max().orElse(0);
-        // Only quantized activations write the up projection out; float32 ones get SwiGLU in the GEMM's epilogue.
         this.workspaces = workspaces;
-        this.workspace = workspaces.take(new Workspace.Shape(c, chunk, !activationFormats.isEmpty(),
-                decodes ? chunk * widest : 0, activationFormats.isEmpty() ? 0 : Math.max(1, chunk * rowBytes)));
+        this.workspace = workspaces.take(Workspace.Shape.of(c, chunk, activationFormats));
         this.x = workspace.x;
         this.xb = workspace.xb;
         this.q = workspace.gate; // the queries live in the FFN's buffer until the FFN needs it (Workspace#gate)

@@ -9,7 +9,8 @@ import java.util.Map;
  *
  * @param kvType        KV cache element type
  * @param contextLength positions the session may hold; 0 means the model's trained context length
- * @param chunkSize     prefill chunk in tokens: memory for activations is bounded by it
+ * @param chunkSize     prefill chunk in tokens: memory for activations is bounded by it; {@value #ENGINE_CHUNK} lets the
+ *                      engine choose ({@link Engine#chunkSize})
  * @param pageSize      KV page size in positions; 0 lets the KV store choose ({@code KVStore.preferredPageSize})
  * @param kvOptions     options passed to the KV store
  * @param activations   how activations meet the weights in every projection
@@ -46,7 +47,7 @@ public record SessionOptions(KVElementType kvType, int contextLength, int chunkS
 
     /** Validates the values. */
     public SessionOptions {
-        if (contextLength < 0 || chunkSize < 1 || pageSize < 0) {
+        if (contextLength < 0 || chunkSize < 0 || pageSize < 0) {
             throw new IllegalArgumentException("bad session options: context " + contextLength + ", chunk "
                     + chunkSize + ", page " + pageSize);
         }
@@ -54,19 +55,29 @@ public record SessionOptions(KVElementType kvType, int contextLength, int chunkS
         java.util.Objects.requireNonNull(activations, "activations");
     }
 
+    /** A {@link #chunkSize} that lets the engine choose between {@link #DEFAULT_CHUNK} and {@link #LARGE_CHUNK}. */
+    public static final int ENGINE_CHUNK = 0;
+
     /**
-     * The prefill chunk of {@link #defaults()}: 256 tokens, 13 MiB of activations for the Llama-3.2-1B geometry. Half of
-     * 512's 26 MiB, at 0.975 of 512's pp512 speed on the 1B Q4_0 file and 1.06 on the F16 file (medians of
-     * alternating in-process runs, Zen 3, 2 threads); 128 tokens ran at 0.91 on Q4_0.
+     * The prefill chunk the engine chooses where {@link #LARGE_CHUNK} would not fit its memory allowance ({@link
+     * Engine#chunkSize}): 256 tokens, 13 MiB of activations for the Llama-3.2-1B geometry. Half of 512's 26 MiB, at
+     * 0.975 of 512's pp512 speed on the 1B Q4_0 file and 1.06 on the F16 file (medians of alternating in-process runs,
+     * Zen 3, 2 threads); 128 tokens ran at 0.91 on Q4_0.
      */
     public static final int DEFAULT_CHUNK = 256;
 
     /**
-     * {@return F16 KV, the model's context, chunks of {@value #DEFAULT_CHUNK}, the KV store's page size, float32
-     * activations}
+     * The prefill chunk the engine chooses where its activation buffers fit the memory allowance ({@link
+     * Engine#chunkSize}): 512 tokens. A 512-token prompt then decodes every weight once instead of twice.
+     */
+    public static final int LARGE_CHUNK = 512;
+
+    /**
+     * {@return F16 KV, the model's context, the engine's choice of prefill chunk ({@value #ENGINE_CHUNK}), the KV
+     * store's page size, float32 activations}
      */
     public static SessionOptions defaults() {
-        return new SessionOptions(KVElementType.F16, 0, DEFAULT_CHUNK, 0, Map.of(), Activations.F32);
+        return new SessionOptions(KVElementType.F16, 0, ENGINE_CHUNK, 0, Map.of(), Activations.F32);
     }
 
     /** {@return a copy with another KV element type} @param type the type */
@@ -81,7 +92,7 @@ public record SessionOptions(KVElementType kvType, int contextLength, int chunkS
 
     /**
      * {@return a copy with another prefill chunk} Activation memory is proportional to it; prompts longer than a chunk
-     * run a chunk at a time. @param tokens tokens per chunk, at least 1
+     * run a chunk at a time. @param tokens tokens per chunk, or {@value #ENGINE_CHUNK} for the engine's choice
      */
     public SessionOptions withChunkSize(int tokens) {
         return new SessionOptions(kvType, contextLength, tokens, pageSize, kvOptions, activations);

@@ -1,12 +1,14 @@
 package dev.prefill4j.engine;
 
+import dev.prefill4j.api.spi.Quantizer;
 import dev.prefill4j.engine.model.LlamaConfig;
 import java.lang.foreign.MemorySegment;
+import java.util.Map;
 import java.util.concurrent.atomic.AtomicReference;
 
 /**
- * A session's activation buffers, sized for one chunk of tokens (13 MiB for the Llama-3.2-1B geometry at the default
- * chunk of 256). A closed session hands them to the next session its engine opens with the same shape, so opening
+ * A session's activation buffers, sized for one chunk of tokens (13 MiB for the Llama-3.2-1B geometry at a chunk of
+ * 256, 26 MiB at 512). A closed session hands them to the next session its engine opens with the same shape, so opening
  * and closing sessions does not leave that much garbage on the heap each time: arrays of this size go straight to
  * the old generation, which grew from 56 to 227 MiB over a benchmark's six sessions with no full collection, all of
  * it in the process's peak resident memory (1,092 MiB for the 1B Q4_0 file; 929 MiB with the buffers reused). Contents are not cleared: every buffer is written before it is read.
@@ -15,8 +17,29 @@ final class Workspace {
     /** What the buffers' sizes depend on. */
     record Shape(int chunk, int dim, int qDim, int kvDim, int ffnDim, boolean up, int quantizedFloats,
                  long encodedBytes) {
-        Shape(LlamaConfig c, int chunk, boolean up, int quantizedFloats, long encodedBytes) {
-            this(chunk, c.dim(), c.qDim(), c.kvDim(), c.ffnDim(), up, quantizedFloats, encodedBytes);
+        /**
+         * {@return the buffers a session of {@code chunk} tokens needs} Only quantized activations write the up
+         * projection out (float32 ones get SwiGLU in the GEMM's epilogue), decode rows for formats without an encoded
+         * dot product and keep a chunk of encoded rows.
+         *
+         * @param c                 the model's geometry
+         * @param chunk             tokens per prefill chunk
+         * @param activationFormats weight format -> activation format; empty for float32 activations
+         */
+        static Shape of(LlamaConfig c, int chunk, Map<Quantizer, Quantizer> activationFormats) {
+            int widest = Math.max(Math.max(c.dim(), c.qDim()), c.ffnDim());
+            boolean decodes = activationFormats.keySet().stream().anyMatch(w -> !w.hasEncodedDot());
+            long rowBytes = activationFormats.values().stream()
+                    .mapToLong(q -> (widest + q.blockSize() - 1L) / q.blockSize() * q.blockBytes()).max().orElse(0);
+            return new Shape(chunk, c.dim(), c.qDim(), c.kvDim(), c.ffnDim(), !activationFormats.isEmpty(),
+                    decodes ? chunk * widest : 0, activationFormats.isEmpty() ? 0 : Math.max(1, chunk * rowBytes));
+        }
+
+        /** {@return the bytes of the buffers' contents} */
+        long bytes() {
+            long floats = (long) chunk * (dim + Math.max(dim, qDim) + 2L * kvDim + Math.max(ffnDim, Math.max(dim, qDim))
+                    + (up ? ffnDim : 0)) + quantizedFloats;
+            return Float.BYTES * floats + encodedBytes;
         }
     }
 
