@@ -420,44 +420,73 @@ final class CpuDevice implements ComputeDevice {
         return b;
     }
 
+    /**
+     * Rows across the workers when there are {@value #ROW_TASKS_FROM} or more (a prefill chunk): run on the calling
+     * thread alone, the norms and RoPE of a 512-token chunk kept the other threads waiting. Each row is computed as
+     * before, so the bits do not depend on the split.
+     */
+    private static final int ROW_TASKS_FROM = 8;
+
     @Override
     public void rmsNorm(float[] x, int rows, float[] weight, float eps, float[] out) {
+        if (rows >= ROW_TASKS_FROM) {
+            parallelFor(rows, r -> rmsNormRow(x, r, weight, eps, out));
+        } else {
+            for (int r = 0; r < rows; r++) {
+                rmsNormRow(x, r, weight, eps, out);
+            }
+        }
+    }
+
+    private static void rmsNormRow(float[] x, int r, float[] weight, float eps, float[] out) {
         int n = weight.length;
-        for (int r = 0; r < rows; r++) {
-            int o = r * n;
-            double ss = 0;
-            for (int i = 0; i < n; i++) {
-                ss += x[o + i] * x[o + i]; // squared in float, summed in double, as ggml's rms_norm
-            }
-            float mean = (float) (ss / n);
-            float scale = 1.0f / (float) Math.sqrt(mean + eps);
-            for (int i = 0; i < n; i++) {
-                out[o + i] = (x[o + i] * scale) * weight[i];
-            }
+        int o = r * n;
+        double ss = 0;
+        for (int i = 0; i < n; i++) {
+            ss += x[o + i] * x[o + i]; // squared in float, summed in double, as ggml's rms_norm
+        }
+        float mean = (float) (ss / n);
+        float scale = 1.0f / (float) Math.sqrt(mean + eps);
+        for (int i = 0; i < n; i++) {
+            out[o + i] = (x[o + i] * scale) * weight[i];
         }
     }
 
     @Override
     public void rope(float[] x, int rows, int heads, int headDim, int ropeDim, int startPos, float base) {
+        // Each pair's frequency once per call instead of once per position: the same Math.pow, so the same angles.
         int half = ropeDim / 2;
+        double[] frequency = new double[half];
+        for (int i = 0; i < half; i++) {
+            frequency[i] = Math.pow(base, -2.0 * i / ropeDim);
+        }
+        if (rows >= ROW_TASKS_FROM) {
+            parallelFor(rows, r -> ropeRow(x, r, heads, headDim, startPos, frequency));
+        } else {
+            for (int r = 0; r < rows; r++) {
+                ropeRow(x, r, heads, headDim, startPos, frequency);
+            }
+        }
+    }
+
+    private static void ropeRow(float[] x, int r, int heads, int headDim, int startPos, double[] frequency) {
+        int half = frequency.length;
+        int pos = startPos + r;
         float[] cos = new float[half];
         float[] sin = new float[half];
-        for (int r = 0; r < rows; r++) {
-            int pos = startPos + r;
+        for (int i = 0; i < half; i++) {
+            double theta = pos * frequency[i];
+            cos[i] = (float) Math.cos(theta);
+            sin[i] = (float) Math.sin(theta);
+        }
+        int rowOff = r * heads * headDim;
+        for (int h = 0; h < heads; h++) {
+            int o = rowOff + h * headDim;
             for (int i = 0; i < half; i++) {
-                double theta = pos * Math.pow(base, -2.0 * i / ropeDim);
-                cos[i] = (float) Math.cos(theta);
-                sin[i] = (float) Math.sin(theta);
-            }
-            int rowOff = r * heads * headDim;
-            for (int h = 0; h < heads; h++) {
-                int o = rowOff + h * headDim;
-                for (int i = 0; i < half; i++) {
-                    float x0 = x[o + 2 * i];
-                    float x1 = x[o + 2 * i + 1];
-                    x[o + 2 * i] = x0 * cos[i] - x1 * sin[i];
-                    x[o + 2 * i + 1] = x0 * sin[i] + x1 * cos[i];
-                }
+                float x0 = x[o + 2 * i];
+                float x1 = x[o + 2 * i + 1];
+                x[o + 2 * i] = x0 * cos[i] - x1 * sin[i];
+                x[o + 2 * i + 1] = x0 * sin[i] + x1 * cos[i];
             }
         }
     }
