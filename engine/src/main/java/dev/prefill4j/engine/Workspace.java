@@ -35,7 +35,7 @@ final class Workspace {
                     decodes ? chunk * widest : 0, activationFormats.isEmpty() ? 0 : Math.max(1, chunk * rowBytes));
         }
 
-        /** {@return the bytes of the buffers' contents} */
+        /** {@return the bytes of the buffers' contents: what the constructor below allocates, array by array} */
         long bytes() {
             long floats = (long) chunk * (dim + Math.max(dim, qDim) + 2L * kvDim + Math.max(ffnDim, Math.max(dim, qDim))
                     + (up ? ffnDim : 0)) + quantizedFloats;
