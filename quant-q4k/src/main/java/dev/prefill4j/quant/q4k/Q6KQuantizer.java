@@ -68,75 +68,36 @@ public final class Q6KQuantizer implements Quantizer {
     }
 
     /**
-     * With 8 float lanes (AVX2), {@link #dotPrepared}'s packed form over activations prepared in a per-thread buffer
-     * ({@link Blocks#dotByPreparing}). With 16, fused: the bits of four 6-bit levels are joined in int lanes, {@code
-     * (q - 32) * x} is scaled by {@code d * scale} of its 16-element group into one of four running sums, the 16 scales
-     * of a super-block converted and multiplied by {@code d} in vectors once and each group's broadcast from memory
-     * (NOT VERIFIED on 16 lanes, where no machine here has run it since that change; on 8 lanes this form measured 2.3x
-     * the decode-then-dot and 1.27x the former per-group shuffle of the scales). Other widths decode a super-block at a
-     * time ({@link KQuants#dot}). Written out in one method on purpose: the same arithmetic through helpers that take
-     * and return vectors compiled to boxed vectors (allocations in the loop, seen in C2's code) and ran at 0.83x.
+     * With 8 or 16 float lanes, {@link #dotPrepared}'s packed forms over activations prepared in a per-thread buffer
+     * ({@link Blocks#dotByPreparing}); other widths decode a super-block at a time ({@link KQuants#dot}).
      */
     @Override
     public float dot(MemorySegment src, long offset, float[] x, int xOffset, int count) {
-        int lanes = KQuants.FLOATS.length();
-        if (lanes == 8) {
+        if (PACKED || PACKED16) {
             return Blocks.dotByPreparing(this, src, offset, x, xOffset, count);
         }
-        if (lanes != 16) {
-            return KQuants.dot(this, src, offset, x, xOffset, count);
-        }
-        Blocks.checkCount(count, QK, id());
-        int blocks = count / QK;
-        byte[] b = Blocks.stage(src, offset, blocks * BYTES);
-        var sp = KQuants.FLOATS;
-        float[] sc = KQuants.SCALES_AND_MINS.get();
-        FloatVector a0 = FloatVector.zero(sp);
-        FloatVector a1 = a0;
-        FloatVector a2 = a0;
-        FloatVector a3 = a0;
-        for (int k = 0; k < blocks; k++) {
-            int o = k * BYTES;
-            float d = Blocks.fp16(b, o + 208);
-            // The 16 sub-block scales times d, converted and multiplied in vectors once per super-block and stored, so
-            // that each group of 16 weights broadcasts its scale from memory (one instruction).
-            for (int g = 0; g < 16; g += lanes) {
-                ((FloatVector) ByteVector.fromArray(KQuants.BYTES_PER_LANE, b, o + 192 + g)
-                        .convertShape(VectorOperators.B2F, sp, 0)).mul(d).intoArray(sc, g);
-            }
-            for (int h = 0; h < 2; h++) {
-                int ql = o + 64 * h;
-                int qh = o + 128 + 32 * h;
-                int y = xOffset + k * QK + 128 * h;
-                for (int l = 0; l < 32; l += lanes) {
-                    IntVector lo = KQuants.widen(b, ql + l);
-                    IntVector lo2 = KQuants.widen(b, ql + l + 32);
-                    IntVector hb = KQuants.widen(b, qh + l);
-                    int is = 8 * h + l / 16;
-                    FloatVector q0 = (FloatVector) lo.and(0x0F).or(hb.and(0x03).lanewise(VectorOperators.LSHL, 4))
-                            .sub(32).convert(VectorOperators.I2F, 0);
-                    FloatVector q1 = (FloatVector) lo2.and(0x0F).or(hb.and(0x0C).lanewise(VectorOperators.LSHL, 2))
-                            .sub(32).convert(VectorOperators.I2F, 0);
-                    FloatVector q2 = (FloatVector) lo.lanewise(VectorOperators.LSHR, 4).or(hb.and(0x30))
-                            .sub(32).convert(VectorOperators.I2F, 0);
-                    FloatVector q3 = (FloatVector) lo2.lanewise(VectorOperators.LSHR, 4)
-                            .or(hb.lanewise(VectorOperators.LSHR, 2).and(0x30)).sub(32).convert(VectorOperators.I2F, 0);
-                    a0 = q0.mul(FloatVector.fromArray(sp, x, y + l))
-                            .fma(FloatVector.broadcast(sp, sc[is]), a0);
-                    a1 = q1.mul(FloatVector.fromArray(sp, x, y + l + 32))
-                            .fma(FloatVector.broadcast(sp, sc[is + 2]), a1);
-                    a2 = q2.mul(FloatVector.fromArray(sp, x, y + l + 64))
-                            .fma(FloatVector.broadcast(sp, sc[is + 4]), a2);
-                    a3 = q3.mul(FloatVector.fromArray(sp, x, y + l + 96))
-                            .fma(FloatVector.broadcast(sp, sc[is + 6]), a3);
-                }
-            }
-        }
-        return KQuants.sum(a0.add(a1).add(a2.add(a3)));
+        return KQuants.dot(this, src, offset, x, xOffset, count);
     }
 
     /** Whether {@link #dotPrepared}'s packed form runs: 8 float lanes (AVX2). */
     private static final boolean PACKED = KQuants.FLOATS.length() == 8;
+    /** Whether {@link #dotPrepared}'s 16-lane packed form runs (AVX-512). */
+    private static final boolean PACKED16 = KQuants.FLOATS.length() == 16;
+    /** The 16-lane packed form: a half's 32 qh bytes (lanes 0-7) in lanes 0-7 and again in lanes 8-15. */
+    private static final VectorShuffle<Integer> QH_TWICE = PACKED16
+            ? VectorShuffle.fromOp(IntVector.SPECIES_512, i -> i % 8) : null;
+    /** The 16-lane packed form: a half's shifts of qh, 0 for the levels from ql bytes 0-31, 2 for those from 32-63. */
+    private static final IntVector QH_SHIFTS = PACKED16
+            ? IntVector.fromArray(IntVector.SPECIES_512, new int[] {0, 0, 0, 0, 0, 0, 0, 0, 2, 2, 2, 2, 2, 2, 2, 2}, 0)
+            : null;
+    /** The 16-lane packed form: the scales of a half's groups 0-3 (and 4-7), each over four lanes. */
+    private static final VectorShuffle<Float> GROUPS_0_3 = packed16Scales(0);
+    private static final VectorShuffle<Float> GROUPS_4_7 = packed16Scales(4);
+
+    private static VectorShuffle<Float> packed16Scales(int first) {
+        return PACKED16 ? VectorShuffle.fromOp(FloatVector.SPECIES_512, i -> first + i / 4) : null;
+    }
+
     /** {@link #dotPrepared}: the scales of groups {@code 2p} (lanes 0-3) and {@code 2p + 1} (lanes 4-7) of a half. */
     private static final VectorShuffle<Float> PAIR0 = pairs(0);
     private static final VectorShuffle<Float> PAIR1 = pairs(1);
@@ -147,20 +108,31 @@ public final class Q6KQuantizer implements Quantizer {
         return PACKED ? VectorShuffle.fromOp(FloatVector.SPECIES_256, i -> 2 * p + (i >= 4 ? 1 : 0)) : null;
     }
 
-    /** With 8 float lanes, a copy of the activations in {@link #dotPrepared}'s order; nothing elsewhere. */
+    /** With 8 or 16 float lanes, a copy of the activations in {@link #dotPrepared}'s order; nothing elsewhere. */
     @Override
     public int preparedActivations(int count) {
         Blocks.checkCount(count, QK, id());
-        return PACKED ? count : 0;
+        return PACKED || PACKED16 ? count : 0;
     }
 
     /**
-     * Each run of 32 activations {@code x[y0 + l]} as four runs of eight, {@code x[y0 + 4i + j]} at {@code 8j + i}: the
-     * order in which {@link #dotPrepared} takes the levels out of their bytes.
+     * The order in which {@link #dotPrepared} takes the levels out of their bytes. With 8 lanes each run of 32
+     * activations {@code x[y0 + l]} as four runs of eight, {@code x[y0 + 4i + j]} at {@code 8j + i}; with 16 each run
+     * of 64 as four runs of sixteen, {@code x[y0 + 4j + t]} at {@code 16t + j}.
      */
     @Override
     public void prepareActivations(float[] x, int xOffset, int count, float[] prepared, int preparedOffset) {
         Blocks.checkCount(count, QK, id());
+        if (PACKED16) {
+            for (int y0 = 0; y0 < count; y0 += 64) {
+                for (int t = 0; t < 4; t++) {
+                    for (int j = 0; j < 16; j++) {
+                        prepared[preparedOffset + y0 + 16 * t + j] = x[xOffset + y0 + 4 * j + t];
+                    }
+                }
+            }
+            return;
+        }
         if (!PACKED) {
             return;
         }
@@ -190,6 +162,10 @@ public final class Q6KQuantizer implements Quantizer {
     @Override
     public float dotPrepared(MemorySegment src, long offset, float[] x, int xOffset, float[] prepared,
                              int preparedOffset, int count) {
+        if (PACKED16) {
+            Blocks.checkCount(count, QK, id());
+            return dotPacked16(src, offset, prepared, preparedOffset, count);
+        }
         if (!PACKED) {
             return dot(src, offset, x, xOffset, count);
         }
@@ -259,6 +235,68 @@ public final class Q6KQuantizer implements Quantizer {
         // boxed its argument for every row, the output matrix's 128,256 a token (JFR allocation samples: about 2 GB
         // over a tg128 run on the 1B Q4_0 file).
         FloatVector v = a0.add(a1).add(a2.add(a3));
+        v = v.add(v.rearrange(KQuants.X4));
+        v = v.add(v.rearrange(KQuants.X2));
+        return v.add(v.rearrange(KQuants.X1)).lane(0);
+    }
+
+    /**
+     * {@link #dotPrepared}'s packed form for 16 float lanes: 64 levels at a time in the bytes of int lanes, the levels
+     * of ql bytes 0-31 of a half in lanes 0-7 and those of bytes 32-63 in lanes 8-15, with the half's 32 qh bytes in
+     * both (one lane permute) shifted by 0 and 2 per lane, so that the same masks and shifts as the 8-lane form join
+     * all four parts; the scales of groups 0-3 and 4-7 of the half, four lanes each, by two lane permutes. Against
+     * the fused form it replaced (bits joined per 16 levels in int lanes, each group's scale broadcast), one thread
+     * on a Zen 5 VM (AVX-512), 2,048-element rows, four pairs of processes, medians of 24 timings: 15.1 against 10.0
+     * G weights/s in L2, 13.2 against 9.3 streamed from memory. Written out in one method, as the 8-lane form is: the
+     * same arithmetic through helpers that take and return vectors compiled to boxed vectors (allocations in the
+     * loop, seen in C2's code) and ran at 0.83x.
+     */
+    private static float dotPacked16(MemorySegment src, long offset, float[] prepared, int preparedOffset,
+                                     int count) {
+        int blocks = count / QK;
+        byte[] b = Blocks.stage(src, offset, blocks * BYTES);
+        var f = FloatVector.SPECIES_512;
+        FloatVector a0 = FloatVector.zero(f);
+        FloatVector a1 = a0;
+        FloatVector a2 = a0;
+        FloatVector a3 = a0;
+        for (int u = 0; u < 2 * blocks; u++) {
+            int o = (u >> 1) * BYTES;
+            int h = u & 1;
+            IntVector lo = ByteVector.fromArray(ByteVector.SPECIES_512, b, o + 64 * h).reinterpretAsInts();
+            IntVector hb = ((IntVector) ByteVector.fromArray(ByteVector.SPECIES_256, b, o + 128 + 32 * h)
+                    .reinterpretShape(IntVector.SPECIES_512, 0)).rearrange(QH_TWICE)
+                    .lanewise(VectorOperators.XOR, 0xAAAAAAAA) // the top bit of every level flipped: q ^ 32
+                    .lanewise(VectorOperators.LSHR, QH_SHIFTS);
+            FloatVector sh = ((FloatVector) ByteVector.fromArray(ByteVector.SPECIES_64, b, o + 192 + 8 * h)
+                    .convertShape(VectorOperators.B2F, f, 0)).mul(Blocks.fp16(b, o + 208));
+            int y = preparedOffset + (u >> 1) * QK + 128 * h;
+            IntVector q01 = lo.and(0x0F0F0F0F).or(hb.and(0x03030303).lanewise(VectorOperators.LSHL, 4));
+            FloatVector s01 = sh.rearrange(GROUPS_0_3);
+            a0 = ((FloatVector) q01.lanewise(VectorOperators.LSHL, 26).lanewise(VectorOperators.ASHR, 26)
+                    .convert(VectorOperators.I2F, 0)).mul(FloatVector.fromArray(f, prepared, y)).fma(s01, a0);
+            a1 = ((FloatVector) q01.lanewise(VectorOperators.LSHL, 18).lanewise(VectorOperators.ASHR, 26)
+                    .convert(VectorOperators.I2F, 0)).mul(FloatVector.fromArray(f, prepared, y + 16)).fma(s01, a1);
+            a2 = ((FloatVector) q01.lanewise(VectorOperators.LSHL, 10).lanewise(VectorOperators.ASHR, 26)
+                    .convert(VectorOperators.I2F, 0)).mul(FloatVector.fromArray(f, prepared, y + 32)).fma(s01, a2);
+            a3 = ((FloatVector) q01.lanewise(VectorOperators.LSHL, 2).lanewise(VectorOperators.ASHR, 26)
+                    .convert(VectorOperators.I2F, 0)).mul(FloatVector.fromArray(f, prepared, y + 48)).fma(s01, a3);
+            IntVector q23 = lo.lanewise(VectorOperators.LSHR, 4).and(0x0F0F0F0F).or(hb.and(0x30303030));
+            FloatVector s23 = sh.rearrange(GROUPS_4_7);
+            a0 = ((FloatVector) q23.lanewise(VectorOperators.LSHL, 26).lanewise(VectorOperators.ASHR, 26)
+                    .convert(VectorOperators.I2F, 0)).mul(FloatVector.fromArray(f, prepared, y + 64)).fma(s23, a0);
+            a1 = ((FloatVector) q23.lanewise(VectorOperators.LSHL, 18).lanewise(VectorOperators.ASHR, 26)
+                    .convert(VectorOperators.I2F, 0)).mul(FloatVector.fromArray(f, prepared, y + 80)).fma(s23, a1);
+            a2 = ((FloatVector) q23.lanewise(VectorOperators.LSHL, 10).lanewise(VectorOperators.ASHR, 26)
+                    .convert(VectorOperators.I2F, 0)).mul(FloatVector.fromArray(f, prepared, y + 96)).fma(s23, a2);
+            a3 = ((FloatVector) q23.lanewise(VectorOperators.LSHL, 2).lanewise(VectorOperators.ASHR, 26)
+                    .convert(VectorOperators.I2F, 0)).mul(FloatVector.fromArray(f, prepared, y + 112)).fma(s23, a3);
+        }
+        // KQuants.sum's tree for 16 lanes written out (the same additions), as in the 8-lane form: called here, C2
+        // left it out of line and boxed its argument for every row (a heap histogram during decode of the 1B Q4_K_M
+        // file held 15,912 Float512Vector objects).
+        FloatVector v = a0.add(a1).add(a2.add(a3));
+        v = v.add(v.rearrange(KQuants.X8));
         v = v.add(v.rearrange(KQuants.X4));
         v = v.add(v.rearrange(KQuants.X2));
         return v.add(v.rearrange(KQuants.X1)).lane(0);
