@@ -245,11 +245,12 @@ public final class Q6KQuantizer implements Quantizer {
      * of ql bytes 0-31 of a half in lanes 0-7 and those of bytes 32-63 in lanes 8-15, with the half's 32 qh bytes in
      * both (one lane permute) shifted by 0 and 2 per lane, so that the same masks and shifts as the 8-lane form join
      * all four parts; the scales of groups 0-3 and 4-7 of the half, four lanes each, by two lane permutes. Against
-     * the fused form it replaced (bits joined per 16 levels in int lanes, each group's scale broadcast), one thread
-     * on a Zen 5 VM (AVX-512), 2,048-element rows, four pairs of processes, medians of 24 timings: 15.1 against 10.0
-     * G weights/s in L2, 13.2 against 9.3 streamed from memory. Written out in one method, as the 8-lane form is: the
-     * same arithmetic through helpers that take and return vectors compiled to boxed vectors (allocations in the
-     * loop, seen in C2's code) and ran at 0.83x.
+     * the fused form it replaced (bits joined per 16 levels in int lanes, each group's scale broadcast), this form
+     * with its lane tree written out, one thread on a Zen 5 VM (AVX-512, 2026-12-02), 2,048-element rows, four pairs
+     * of processes, medians of 24 timings: 15.1 against 10.4 G weights/s in L2, 14.3 against 9.0 streamed from
+     * memory (README, Status; decode on the 1B files in README, Benchmarks). Written out in one method, as the
+     * 8-lane form is: the same arithmetic through helpers that take and return vectors compiled to boxed vectors
+     * (allocations in the loop, seen in C2's code) and ran at 0.83x.
      */
     private static float dotPacked16(MemorySegment src, long offset, float[] prepared, int preparedOffset,
                                      int count) {
