@@ -201,6 +201,21 @@ class CliTest {
         assertTrue(help.out().contains("--logits-out"), help.out());
     }
 
+    /**
+     * Every command's help is formatted: picocli reads descriptions as format strings, and a bare {@code %} (as in
+     * "15% of") makes it print a warning to stderr and the raw text with {@code %n} left in.
+     */
+    @Test
+    void everyCommandsHelpFormatsWithoutWarnings() throws Exception {
+        for (String command : new String[] {"run", "inspect", "plugins", "synth", "quantize", "bench"}) {
+            Cli.Result help = Cli.run(command, "--help");
+            assertEquals(0, help.exit(), help.toString());
+            assertFalse(help.err().contains("WARN"), command + ": " + help.err());
+            assertFalse(help.out().contains("%n"), command + ": " + help.out());
+            assertTrue(help.out().startsWith("Usage: prefill4j " + command), command + ": " + help.out());
+        }
+    }
+
     /** On the module path every provider reports its module and version. */
     @Test
     void pluginsListsModulesOnTheModulePath() throws Exception {
