@@ -43,9 +43,6 @@ public final class Q4_0Quantizer implements Quantizer {
     static final int QK = 32;
     private static final ByteOrder LE = ByteOrder.LITTLE_ENDIAN;
     static final int BYTES = 18;
-    /** The exponent bits of 2^23: OR'ed onto a nibble {@code q}, they make the float {@code 2^23 + q}. */
-    private static final int EXP_2_23 = 0x4B000000;
-    private static final float TWO_23_PLUS_8 = 8388616f;
 
     @Override public String id() { return "q4_0"; }
     @Override public String apiVersion() { return ApiVersion.CURRENT; }
@@ -93,23 +90,17 @@ public final class Q4_0Quantizer implements Quantizer {
         }
     }
 
-    /**
-     * With 8 lanes one float per block, the sum of its 32 activations, for the {@code -8} of every weight ({@link
-     * #dotPrepared}); none with other widths, whose dot subtracts the 8 from each weight in its lanes.
-     */
+    /** One float per block: the sum of its 32 activations, for the {@code -8} of every weight ({@link #dotPrepared}). */
     @Override
     public int preparedActivations(int count) {
         Blocks.checkCount(count, QK, id());
-        return FLOATS.length() == 8 ? count / QK : 0;
+        return count / QK;
     }
 
     /** Each block's sum of activations, vector lanes added lane-wise, then by {@link Lanes#sum}'s fixed tree. */
     @Override
     public void prepareActivations(float[] x, int xOffset, int count, float[] prepared, int preparedOffset) {
         Blocks.checkCount(count, QK, id());
-        if (FLOATS.length() != 8) {
-            return;
-        }
         for (int k = 0; k < count / QK; k++) {
             FloatVector sum = FloatVector.zero(FLOATS);
             for (int j = 0; j < QK; j += FLOATS.length()) {
@@ -119,107 +110,84 @@ public final class Q4_0Quantizer implements Quantizer {
         }
     }
 
-    /** {@link #dotPrepared}: with 8 lanes after preparing {@code x} in a per-thread buffer ({@link Blocks#dotByPreparing}). */
+    /** Prepares {@code x} in a per-thread buffer, then {@link #dotPrepared} ({@link Blocks#dotByPreparing}). */
     @Override
     public float dot(MemorySegment src, long offset, float[] x, int xOffset, int count) {
-        if (FLOATS.length() == 8) {
-            return Blocks.dotByPreparing(this, src, offset, x, xOffset, count);
-        }
-        Blocks.checkCount(count, QK, id());
-        return dotPairs(src, offset, x, xOffset, count / QK);
+        return Blocks.dotByPreparing(this, src, offset, x, xOffset, count);
     }
 
     /**
-     * Vectorized and fused, read straight from the mapping (the loads of the next cache lines overlap the arithmetic,
-     * where a staging copy of each row waited for all of it first), a form per vector width in a method of its own:
-     * {@link #dotBlocks8} for 8 lanes (AVX2), {@link #dotPairs} for 16 (AVX-512) and 4. Each takes its row slice
-     * itself: passed in, the slice escaped and was allocated for every row. Lanes are added in a fixed order, the same
-     * in compiled and interpreted code ({@link Lanes}).
+     * Vectorized and fused, read straight from the mapping: per block the nibbles are widened to ints, converted to
+     * floats, multiplied by the block's {@code d} and accumulated against the activations ({@code sum q * d * x}); the
+     * {@code -8} of every weight comes once per block as {@code -8 * d * sum(x)} from the prepared sums, in a scalar
+     * running sum; four accumulators (two vectors of each nibble half), lanes added in a fixed order at the end.
+     * With 8 lanes a block at a time, otherwise blocks in pairs. Against the earlier form (row staged into an array,
+     * {@code q - 8} per weight, each block's products summed before one multiply by {@code d}), one thread on a Zen 3
+     * VM (AVX2), 2,048-element rows, medians of 12 in-process rounds in each of two processes: 1.23x and 1.33x with
+     * rows streamed from memory, 1.22x and 1.0x with rows in L2 (the pair loop with 8 lanes: 1.10-1.12x and
+     * 0.94-1.13x). Reading the mapping directly lets the loads of the next cache lines overlap the arithmetic, where
+     * the staging copy of each row waited for all of it first. A row with an odd number of blocks has its last one
+     * summed in scalar code (pair loop only; the 8-lane loop takes every block).
      */
     @Override
     public float dotPrepared(MemorySegment src, long offset, float[] x, int xOffset, float[] prepared,
                              int preparedOffset, int count) {
         Blocks.checkCount(count, QK, id());
         int blocks = count / QK;
-        return FLOATS.length() == 8 ? dotBlocks8(src, offset, x, xOffset, prepared, preparedOffset, blocks)
-                : dotPairs(src, offset, x, xOffset, blocks);
-    }
-
-    /**
-     * 8 lanes (AVX2): per block the nibbles are widened to ints, converted to floats, multiplied by the block's {@code
-     * d} and accumulated against the activations ({@code sum q * d * x}), two vectors of each nibble half, each into
-     * its own accumulator; the {@code -8} of every weight comes once per block as {@code -8 * d * sum(x)} from the
-     * prepared sums. Against the earlier form (row staged into an array, {@code q - 8} per weight, each block's
-     * products summed before one multiply by {@code d}), one thread on a Zen 3 VM (AVX2), 2,048-element rows, medians
-     * of 12 in-process rounds in each of two processes: 1.23x and 1.33x with rows streamed from memory, 1.22x and 1.0x
-     * with rows in L2. Going a block at a time measured faster there than a pair of blocks with an inner loop over the
-     * vectors.
-     */
-    private static float dotBlocks8(MemorySegment src, long offset, float[] x, int xOffset, float[] prepared,
-                                    int preparedOffset, int blocks) {
         MemorySegment row = src.asSlice(offset, (long) blocks * BYTES);
         FloatVector lo0 = FloatVector.zero(FLOATS);
         FloatVector hi0 = lo0;
         FloatVector lo1 = lo0;
         FloatVector hi1 = lo0;
         float minus8 = 0;
-        for (int k = 0; k < blocks; k++) {
-            long o = (long) k * BYTES;
-            int base = xOffset + k * QK;
-            float d = Blocks.fp16(row, o);
-            minus8 += d * prepared[preparedOffset + k];
-            FloatVector dv = FloatVector.broadcast(FLOATS, d);
-            IntVector qa = (IntVector) ByteVector.fromMemorySegment(BYTES_PER_LANE, row, o + 2, LE)
-                    .convertShape(VectorOperators.ZERO_EXTEND_B2I, INTS, 0);
-            IntVector qb = (IntVector) ByteVector.fromMemorySegment(BYTES_PER_LANE, row, o + 10, LE)
-                    .convertShape(VectorOperators.ZERO_EXTEND_B2I, INTS, 0);
-            lo0 = ((FloatVector) qa.and(0x0F).convert(VectorOperators.I2F, 0)).mul(dv)
-                    .fma(FloatVector.fromArray(FLOATS, x, base), lo0);
-            hi0 = ((FloatVector) qa.lanewise(VectorOperators.LSHR, 4).convert(VectorOperators.I2F, 0)).mul(dv)
-                    .fma(FloatVector.fromArray(FLOATS, x, base + 16), hi0);
-            lo1 = ((FloatVector) qb.and(0x0F).convert(VectorOperators.I2F, 0)).mul(dv)
-                    .fma(FloatVector.fromArray(FLOATS, x, base + 8), lo1);
-            hi1 = ((FloatVector) qb.lanewise(VectorOperators.LSHR, 4).convert(VectorOperators.I2F, 0)).mul(dv)
-                    .fma(FloatVector.fromArray(FLOATS, x, base + 24), hi1);
+        if (FLOATS.length() == 8) {
+            // 8 lanes (AVX2): a block is two vectors of each nibble half, each into its own accumulator. Going a
+            // block at a time measured faster there than a pair of blocks with an inner loop over the vectors.
+            for (int k = 0; k < blocks; k++) {
+                long o = (long) k * BYTES;
+                int base = xOffset + k * QK;
+                float d = Blocks.fp16(row, o);
+                minus8 += d * prepared[preparedOffset + k];
+                FloatVector dv = FloatVector.broadcast(FLOATS, d);
+                IntVector qa = (IntVector) ByteVector.fromMemorySegment(BYTES_PER_LANE, row, o + 2, LE)
+                        .convertShape(VectorOperators.ZERO_EXTEND_B2I, INTS, 0);
+                IntVector qb = (IntVector) ByteVector.fromMemorySegment(BYTES_PER_LANE, row, o + 10, LE)
+                        .convertShape(VectorOperators.ZERO_EXTEND_B2I, INTS, 0);
+                lo0 = ((FloatVector) qa.and(0x0F).convert(VectorOperators.I2F, 0)).mul(dv)
+                        .fma(FloatVector.fromArray(FLOATS, x, base), lo0);
+                hi0 = ((FloatVector) qa.lanewise(VectorOperators.LSHR, 4).convert(VectorOperators.I2F, 0)).mul(dv)
+                        .fma(FloatVector.fromArray(FLOATS, x, base + 16), hi0);
+                lo1 = ((FloatVector) qb.and(0x0F).convert(VectorOperators.I2F, 0)).mul(dv)
+                        .fma(FloatVector.fromArray(FLOATS, x, base + 8), lo1);
+                hi1 = ((FloatVector) qb.lanewise(VectorOperators.LSHR, 4).convert(VectorOperators.I2F, 0)).mul(dv)
+                        .fma(FloatVector.fromArray(FLOATS, x, base + 24), hi1);
+            }
+            return Lanes.sum(lo0.add(hi0).add(lo1.add(hi1))) - 8 * minus8;
         }
-        return Lanes.sum(lo0.add(hi0).add(lo1.add(hi1))) - 8 * minus8;
-    }
-
-    /**
-     * 16 (or 4) lanes: blocks in pairs, each block's {@code sum((q - 8) * x)} in a vector, then times its {@code d}
-     * into the block's accumulator. {@code q - 8} is made without a conversion: the nibble OR'ed into the low
-     * mantissa bits of 2^23 is the float {@code 2^23 + q}, less {@code 2^23 + 8} exactly {@code q - 8}; no prepared
-     * sums. Against the 8-lane form's arithmetic on 16 lanes (a conversion and a multiply by {@code d} per vector, the
-     * {@code -8} from prepared sums), bench on the 1B Q4_0 file, Zen 5 VM, alternating processes: tg32 with one
-     * thread 11.23 → 12.94 tok/s (medians of four pairs, each pair in favour), tg64 with two 19.44 → 23.15 (five
-     * pairs, each in favour). A row with an odd number of blocks has its last one summed in scalar code.
-     */
-    private static float dotPairs(MemorySegment src, long offset, float[] x, int xOffset, int blocks) {
-        MemorySegment row = src.asSlice(offset, (long) blocks * BYTES);
-        FloatVector acc0 = FloatVector.zero(FLOATS);
-        FloatVector acc1 = acc0;
         // Both blocks of a pair written out here, not in a helper that returns a vector: C2 sometimes compiled such a
-        // helper on its own, each call then boxed its result, and decode of the 1B model ran at about half speed.
+        // helper on its own (when it had inlined this method into a caller and ran out of inlining budget), each call
+        // then boxed its result, and decode of the 1B model ran at about half speed in those processes.
         for (int p = 0, pairs = blocks / 2; p < pairs; p++) {
             long o = (long) p * 2 * BYTES;
             int base = xOffset + p * 2 * QK;
-            FloatVector dv0 = FloatVector.broadcast(FLOATS, Blocks.fp16(row, o));
-            FloatVector dv1 = FloatVector.broadcast(FLOATS, Blocks.fp16(row, o + BYTES));
+            float d0 = Blocks.fp16(row, o);
+            float d1 = Blocks.fp16(row, o + BYTES);
+            minus8 += d0 * prepared[preparedOffset + 2 * p] + d1 * prepared[preparedOffset + 2 * p + 1];
+            FloatVector dv0 = FloatVector.broadcast(FLOATS, d0);
+            FloatVector dv1 = FloatVector.broadcast(FLOATS, d1);
             for (int j = 0; j < 16; j += FLOATS.length()) {
                 IntVector q0 = (IntVector) ByteVector.fromMemorySegment(BYTES_PER_LANE, row, o + 2 + j, LE)
                         .convertShape(VectorOperators.ZERO_EXTEND_B2I, INTS, 0);
                 IntVector q1 = (IntVector) ByteVector.fromMemorySegment(BYTES_PER_LANE, row, o + BYTES + 2 + j, LE)
                         .convertShape(VectorOperators.ZERO_EXTEND_B2I, INTS, 0);
-                FloatVector s0 = q0.and(0x0F).or(EXP_2_23).reinterpretAsFloats().sub(TWO_23_PLUS_8)
-                        .mul(FloatVector.fromArray(FLOATS, x, base + j));
-                s0 = q0.lanewise(VectorOperators.LSHR, 4).or(EXP_2_23).reinterpretAsFloats().sub(TWO_23_PLUS_8)
-                        .fma(FloatVector.fromArray(FLOATS, x, base + 16 + j), s0);
-                FloatVector s1 = q1.and(0x0F).or(EXP_2_23).reinterpretAsFloats().sub(TWO_23_PLUS_8)
-                        .mul(FloatVector.fromArray(FLOATS, x, base + QK + j));
-                s1 = q1.lanewise(VectorOperators.LSHR, 4).or(EXP_2_23).reinterpretAsFloats().sub(TWO_23_PLUS_8)
-                        .fma(FloatVector.fromArray(FLOATS, x, base + QK + 16 + j), s1);
-                acc0 = s0.fma(dv0, acc0);
-                acc1 = s1.fma(dv1, acc1);
+                lo0 = ((FloatVector) q0.and(0x0F).convert(VectorOperators.I2F, 0)).mul(dv0)
+                        .fma(FloatVector.fromArray(FLOATS, x, base + j), lo0);
+                hi0 = ((FloatVector) q0.lanewise(VectorOperators.LSHR, 4).convert(VectorOperators.I2F, 0)).mul(dv0)
+                        .fma(FloatVector.fromArray(FLOATS, x, base + 16 + j), hi0);
+                lo1 = ((FloatVector) q1.and(0x0F).convert(VectorOperators.I2F, 0)).mul(dv1)
+                        .fma(FloatVector.fromArray(FLOATS, x, base + QK + j), lo1);
+                hi1 = ((FloatVector) q1.lanewise(VectorOperators.LSHR, 4).convert(VectorOperators.I2F, 0)).mul(dv1)
+                        .fma(FloatVector.fromArray(FLOATS, x, base + QK + 16 + j), hi1);
             }
         }
         float last = 0;
@@ -232,17 +200,7 @@ public final class Q4_0Quantizer implements Quantizer {
             }
             last *= Blocks.fp16(row, o);
         }
-        // Lanes.sum's tree written out (the same additions): passed to it, the vector was boxed whenever C2 did not
-        // inline the call, once per row (allocation samples of a decode step put about 300 MB/s there).
-        FloatVector v = acc0.add(acc1);
-        if (FLOATS.length() > 8) {
-            v = v.add(v.rearrange(Lanes.X8));
-        }
-        if (FLOATS.length() > 4) {
-            v = v.add(v.rearrange(Lanes.X4));
-        }
-        v = v.add(v.rearrange(Lanes.X2));
-        return v.add(v.rearrange(Lanes.X1)).lane(0) + last;
+        return Lanes.sum(lo0.add(hi0).add(lo1.add(hi1))) - 8 * minus8 + last;
     }
 
     /** Q4_0 multiplies {@code q8_0-activations} codes in integer lanes ({@link #dotEncoded}). */
