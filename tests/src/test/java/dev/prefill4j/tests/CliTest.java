@@ -18,6 +18,7 @@ import dev.prefill4j.engine.gguf.GgufTensor;
 import java.nio.file.Files;
 import java.nio.file.Path;
 import java.util.Arrays;
+import java.util.List;
 import org.junit.jupiter.api.Tag;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.io.TempDir;
@@ -207,7 +208,16 @@ class CliTest {
      */
     @Test
     void everyCommandsHelpFormatsWithoutWarnings() throws Exception {
-        for (String command : new String[] {"run", "inspect", "plugins", "synth", "quantize", "bench"}) {
+        Cli.Result top = Cli.run("--help");
+        assertEquals(0, top.exit(), top.toString());
+        assertFalse(top.err().contains("WARN"), top.err());
+        // The commands as the top-level help lists them ("  NAME  description"), so a new command is checked too.
+        List<String> commands = top.out().lines().dropWhile(l -> !l.equals("Commands:")).skip(1)
+                .takeWhile(l -> !l.isBlank()).filter(l -> l.matches("  [a-z]+ .*")).map(l -> l.trim().split(" ")[0])
+                .filter(c -> !c.equals("help")).toList();
+        assertTrue(commands.containsAll(List.of("run", "inspect", "plugins", "synth", "quantize", "bench")),
+                commands + "\n" + top.out());
+        for (String command : commands) {
             Cli.Result help = Cli.run(command, "--help");
             assertEquals(0, help.exit(), help.toString());
             assertFalse(help.err().contains("WARN"), command + ": " + help.err());
