@@ -469,15 +469,21 @@ final class CpuDevice implements ComputeDevice {
         }
     }
 
+    private static final ThreadLocal<float[]> ROPE_ANGLES = ThreadLocal.withInitial(() -> new float[0]);
+
     private static void ropeRow(float[] x, int r, int heads, int headDim, int startPos, double[] frequency) {
         int half = frequency.length;
         int pos = startPos + r;
-        float[] cos = new float[half];
-        float[] sin = new float[half];
+        // This thread's angles, cos in [0, half) and sin in [half, 2 * half): two arrays a row were allocated before.
+        float[] angles = ROPE_ANGLES.get();
+        if (angles.length < 2 * half) {
+            angles = new float[2 * half];
+            ROPE_ANGLES.set(angles);
+        }
         for (int i = 0; i < half; i++) {
             double theta = pos * frequency[i];
-            cos[i] = (float) Math.cos(theta);
-            sin[i] = (float) Math.sin(theta);
+            angles[i] = (float) Math.cos(theta);
+            angles[half + i] = (float) Math.sin(theta);
         }
         int rowOff = r * heads * headDim;
         for (int h = 0; h < heads; h++) {
@@ -485,8 +491,10 @@ final class CpuDevice implements ComputeDevice {
             for (int i = 0; i < half; i++) {
                 float x0 = x[o + 2 * i];
                 float x1 = x[o + 2 * i + 1];
-                x[o + 2 * i] = x0 * cos[i] - x1 * sin[i];
-                x[o + 2 * i + 1] = x0 * sin[i] + x1 * cos[i];
+                float cos = angles[i];
+                float sin = angles[half + i];
+                x[o + 2 * i] = x0 * cos - x1 * sin;
+                x[o + 2 * i + 1] = x0 * sin + x1 * cos;
             }
         }
     }
