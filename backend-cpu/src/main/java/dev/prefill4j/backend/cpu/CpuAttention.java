@@ -88,6 +88,24 @@ public final class CpuAttention implements Attention {
         final float[] last = new float[2 * L];
         /** Per lane of a block: the tile's rescaling of the row's accumulator. */
         final float[] corr = new float[2 * L];
+        /**
+         * A task's query rows and their positions ({@link #rows}), reused: allocated for every task, they were most of
+         * what prefill allocated (JFR, pp512 of the 1B Q4_0 file: about 520 MB a run with {@link #state}'s arrays,
+         * and a young collection every few milliseconds).
+         */
+        float[] qT = new float[0];
+        int[] pos = new int[0];
+        /** A task's online-softmax state ({@link #blocks}), reused while its size stays the same. */
+        State state;
+
+        State state(int lanes, int hd) {
+            if (state == null || state.max.length != lanes || state.acc.length != lanes * hd) {
+                state = new State(lanes, hd);
+            } else {
+                state.reset();
+            }
+            return state;
+        }
 
         void ensure(int positions, int hd) {
             int blocked = (hd + STEP - 1) / STEP * STEP;
@@ -159,15 +177,33 @@ public final class CpuAttention implements Attention {
         }
     }
 
-    /** The rows of KV head {@code kvh} for queries {@code [t0, t1)}: row {@code (t - t0) * group + (h - kvh * group)}. */
-    private static Rows rows(AttentionRequest r, int kvh, int t0, int t1) {
+    /**
+     * The rows of KV head {@code kvh} for queries {@code [t0, t1)}: row {@code (t - t0) * group + (h - kvh * group)};
+     * in {@code s}'s arrays (valid until its next call) or, with {@code s} null, in new ones.
+     */
+    private static Rows rows(AttentionRequest r, int kvh, int t0, int t1, Scratch s) {
         int hd = r.headDim();
         int group = r.heads() / r.kvHeads();
         int n = (t1 - t0) * group;
         int padded = (n + L - 1) / L * L;
-        float[] qT = new float[hd * padded];
+        float[] qT;
+        int[] pos;
+        if (s == null) {
+            qT = new float[hd * padded];
+            pos = new int[padded];
+        } else {
+            if (s.qT.length < hd * padded) {
+                s.qT = new float[hd * padded];
+            } else {
+                Arrays.fill(s.qT, 0, hd * padded, 0f); // padding rows have a zero query
+            }
+            if (s.pos.length < padded) {
+                s.pos = new int[padded]; // every lane is written below
+            }
+            qT = s.qT;
+            pos = s.pos;
+        }
         float scale = r.scale() * ExpOps.LOG2E; // scores in base-2 units, for ExpOps.exp2
-        int[] pos = new int[padded];
         for (int t = t0; t < t1; t++) {
             for (int g = 0; g < group; g++) {
                 int i = (t - t0) * group + g;
@@ -214,9 +250,9 @@ public final class CpuAttention implements Attention {
             int b = task / r.kvHeads();
             int t0 = b * QUERY_BLOCK;
             int t1 = Math.min(r.queries(), t0 + QUERY_BLOCK);
-            Rows rows = rows(r, kvh, t0, t1);
-            State st = new State(rows.padded(), r.headDim());
             Scratch s = scratch.get();
+            Rows rows = rows(r, kvh, t0, t1, s);
+            State st = s.state(rows.padded(), r.headDim());
             for (int p = 0; p <= rows.lastPos() / pageSize; p++) {
                 KVPage page = cache.page(r.layer(), p);
                 try {
@@ -239,7 +275,7 @@ public final class CpuAttention implements Attention {
         KVCache cache = r.cache();
         Rows[] rows = new Rows[kvHeads];
         for (int kvh = 0; kvh < kvHeads; kvh++) {
-            rows[kvh] = rows(r, kvh, 0, r.queries());
+            rows[kvh] = rows(r, kvh, 0, r.queries(), null); // shared by the tasks: arrays of their own
         }
         int perHead = rows[0].padded();
         int chunkPages = Math.max(1, (pages + MAX_CHUNKS - 1) / MAX_CHUNKS);
