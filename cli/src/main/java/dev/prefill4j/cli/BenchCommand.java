@@ -199,11 +199,24 @@ final class BenchCommand implements Callable<Integer> {
             System.err.print("measuring FP32 FMA peak and read bandwidth...");
             peakRssBeforeCalibration = peakResidentBytes();
             modelBytes = modelFileBytes(model);
-            double peak = e.device().measurePeakGflops();
+            double calibrated = e.device().measurePeakGflops();
             double bandwidth = e.device().measureReadBandwidth();
             System.err.print("\r" + " ".repeat(50) + "\r");
+            // The machine's peak is the highest of all the FMA measurements of this run: interference (other load, two
+            // vCPUs placed on one core) can only make a measurement low, and on a shared VM the calibration alone came
+            // out at half the peaks measured minutes before (pp2048 at "141.6%" of it).
+            int measured = 1;
+            double peak = calibrated;
+            for (Map<String, Object> row : results) {
+                if (row.get("fma_peak_gflops_at_runs") instanceof double[] at) {
+                    measured += at.length;
+                    peak = Math.max(peak, Arrays.stream(at).max().orElse(0));
+                }
+            }
             machine.put("device", e.device().description());
             machine.put("fp32_fma_peak_gflops", peak);
+            machine.put("fp32_fma_peak_measurements", measured);
+            machine.put("fp32_fma_peak_final_calibration_gflops", calibrated);
             machine.put("read_bandwidth_gb_s", bandwidth);
             for (Map<String, Object> row : results) {
                 row.put("percent_of_fma_peak", 100 * (double) row.get("gflops") / peak);
@@ -212,8 +225,9 @@ final class BenchCommand implements Callable<Integer> {
                 }
             }
             if (!json) {
-                System.out.printf(Locale.ROOT, "machine: %s, FP32 FMA peak %.1f GFLOP/s, read bandwidth %.1f GB/s (measured)%n",
-                        e.device().description(), peak, bandwidth);
+                System.out.printf(Locale.ROOT, "machine: %s, FP32 FMA peak %.1f GFLOP/s (the highest of %d measurements; "
+                        + "the one after the runs %.1f), read bandwidth %.1f GB/s (measured)%n",
+                        e.device().description(), peak, measured, calibrated, bandwidth);
                 System.out.printf("| %-40s | %-8s | %9s | %8s | %8s | %15s | %9s | %8s | %6s |%n", "model", "format", "size",
                         "params", "test", "t/s", "median", "GFLOP/s", "% peak");
                 for (Map<String, Object> row : results) {

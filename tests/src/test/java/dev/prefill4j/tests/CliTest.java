@@ -257,5 +257,24 @@ class CliTest {
         assertTrue(r.out().contains("\"test\": \"pp16\"") && r.out().contains("\"test\": \"tg4\""), r.out());
         assertTrue(r.out().contains("\"verification\": \"VERIFIED against the FP64 reference"), r.out());
         assertTrue(r.out().contains("\"fp32_fma_peak_gflops\"") && r.out().contains("\"percent_of_fma_peak\"") && r.out().contains("\"peak_resident_bytes\""), r.out());
+        // The machine's peak is the highest FMA measurement of the run: the calibration after the runs and the one
+        // before each timed run (one run each of pp16 and tg4 here: three measurements).
+        double peak = number(r.out(), "fp32_fma_peak_gflops");
+        assertEquals(3, (int) number(r.out(), "fp32_fma_peak_measurements"), r.out());
+        assertTrue(peak >= number(r.out(), "fp32_fma_peak_final_calibration_gflops"), r.out());
+        var runs = java.util.regex.Pattern.compile("\"fma_peak_gflops_at_runs\": \\[([0-9.eE+-]+)\\]").matcher(r.out());
+        int found = 0;
+        while (runs.find()) {
+            found++;
+            assertTrue(peak >= Double.parseDouble(runs.group(1)), r.out());
+        }
+        assertEquals(2, found, r.out());
+    }
+
+    /** {@return the number after {@code "key": } in a JSON text} */
+    private static double number(String json, String key) {
+        var m = java.util.regex.Pattern.compile("\"" + key + "\": ([0-9.eE+-]+)").matcher(json);
+        assertTrue(m.find(), key + " in " + json);
+        return Double.parseDouble(m.group(1));
     }
 }
