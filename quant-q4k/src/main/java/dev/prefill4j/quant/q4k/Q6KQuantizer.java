@@ -252,8 +252,8 @@ public final class Q6KQuantizer implements Quantizer {
      * 8-lane form is: the same arithmetic through helpers that take and return vectors compiled to boxed vectors
      * (allocations in the loop, seen in C2's code) and ran at 0.83x. The four levels in a lane's bytes belong to one
      * scale group, so their products with the activations are added first and then scaled by one FMA: ten multiplies
-     * and FMAs a half where there were sixteen. JMH {@code Matmul -p
-     * format=q6_k -p rows=1 -p threads=1}, three alternating forks, 3,525-3,610 against 3,564-3,992 ops/s (2026-12-03).
+     * and FMAs a half where there were sixteen. JMH {@code Matmul -p format=q6_k -p rows=1 -p threads=1}, three
+     * alternating forks: 3,525-3,610 against 3,564-3,992 ops/s (2026-12-03).
      */
     private static float dotPacked16(MemorySegment src, long offset, float[] prepared, int preparedOffset,
                                      int count) {
