@@ -26,6 +26,8 @@ public final class Blocks {
     public static final ValueLayout.OfByte I8 = ValueLayout.JAVA_BYTE;
 
     private static final ThreadLocal<byte[]> STAGE = ThreadLocal.withInitial(() -> new byte[0]);
+    /** Bytes a {@link #stage}d array has at least after the data copied into it. */
+    private static final int STAGE_SLACK = 8;
     private static final VarHandle SHORT_LE =
             MethodHandles.byteArrayViewVarHandle(short[].class, ByteOrder.LITTLE_ENDIAN);
     private static final VarHandle FLOAT_LE =
@@ -66,7 +68,9 @@ public final class Blocks {
     /**
      * Copies {@code bytes} bytes from {@code offset} of {@code src} into a per-thread array (grown as needed, reused
      * across calls) and returns it. Decoders work on the array with plain loops, which C2 vectorizes; per-element
-     * {@link MemorySegment} reads of unaligned little-endian data mostly are not.
+     * {@link MemorySegment} reads of unaligned little-endian data mostly are not. The array has at least 8 bytes
+     * after the copied ones, so a vector load of 8 bytes whose last 4 a kernel ignores (4-lane
+     * kernels widening bytes: the narrowest byte vector has 8 lanes) stays inside it.
      *
      * @param src    the encoded data
      * @param offset byte offset
@@ -75,8 +79,8 @@ public final class Blocks {
      */
     public static byte[] stage(MemorySegment src, long offset, int bytes) {
         byte[] b = STAGE.get();
-        if (b.length < bytes) {
-            b = new byte[bytes];
+        if (b.length < bytes + STAGE_SLACK) {
+            b = new byte[bytes + STAGE_SLACK];
             STAGE.set(b);
         }
         MemorySegment.copy(src, I8, offset, b, 0, bytes);

@@ -30,9 +30,12 @@ public final class Q8_0Quantizer implements Quantizer {
             FloatVector.SPECIES_PREFERRED.vectorBitSize() >= 256 ? ShortVector.SPECIES_256 : null;
     private static final VectorSpecies<Byte> BYTES_128 = ByteVector.SPECIES_128;
     private static final VectorSpecies<Float> FLOATS_256 = FloatVector.SPECIES_256;
-    /** Bytes in vectors with as many lanes as {@link FusedDot#FLOATS}. */
+    /**
+     * Bytes in vectors with as many lanes as {@link FusedDot#FLOATS}, or 8 with 4 float lanes (the narrowest byte
+     * vector; the widening takes the first 4, and {@link #dot} reads a staged copy with slack at 4 lanes).
+     */
     private static final VectorSpecies<Byte> QUANTS =
-            VectorSpecies.of(byte.class, VectorShape.forBitSize(FusedDot.FLOATS.length() * 8));
+            VectorSpecies.of(byte.class, VectorShape.forBitSize(Math.max(64, FusedDot.FLOATS.length() * 8)));
     private static final VectorSpecies<Integer> INTS = VectorSpecies.of(int.class, FusedDot.FLOATS.vectorShape());
 
     @Override public String id() { return "q8_0"; }
@@ -103,9 +106,12 @@ public final class Q8_0Quantizer implements Quantizer {
     public float dot(MemorySegment src, long offset, float[] x, int xOffset, int count) {
         Blocks.checkCount(count, QK, id());
         int blocks = count / QK;
-        MemorySegment row = src.asSlice(offset, (long) blocks * BLOCK_BYTES);
         var floats = FusedDot.FLOATS;
         int l = floats.length();
+        // With 4 lanes each load takes 8 bytes: the row is staged (Blocks.stage leaves slack after it), or the last
+        // load of the last block could read past the tensor.
+        MemorySegment row = l < 8 ? MemorySegment.ofArray(Blocks.stage(src, offset, blocks * BLOCK_BYTES))
+                : src.asSlice(offset, (long) blocks * BLOCK_BYTES);
         FloatVector acc = FloatVector.zero(floats);
         for (int k = 0; k < blocks; k++) {
             long o = (long) k * BLOCK_BYTES;

@@ -70,8 +70,19 @@ public final class TQ1_0Quantizer extends TernaryQuantizer {
         }
     }
 
-    /** Five trits of each packed byte {@code b[at + lane]} to {@code trits[to + stride * n + lane]}. */
+    /**
+     * Five trits of each packed byte {@code b[at + lane]} to {@code trits[to + stride * n + lane]}. With 4 int lanes
+     * in scalar code: the narrowest byte vector has 8 lanes, and storing it would overwrite 4 trits already unpacked.
+     */
     private static void unpackLanes(byte[] b, int at, byte[] trits, int to, int stride) {
+        if (Ternary.INTS.length() < 8) {
+            for (int lane = 0; lane < Ternary.INTS.length(); lane++) {
+                for (int n = 0; n < 5; n++) {
+                    trits[to + stride * n + lane] = (byte) trit(b[at + lane] & 0xFF, n);
+                }
+            }
+            return;
+        }
         IntVector q = (IntVector) ByteVector.fromArray(Ternary.TRIT_LANES, b, at)
                 .convertShape(VectorOperators.ZERO_EXTEND_B2I, Ternary.INTS, 0);
         for (int n = 0; n < 5; n++) {

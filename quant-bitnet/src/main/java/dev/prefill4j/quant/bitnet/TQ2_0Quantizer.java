@@ -84,9 +84,12 @@ public final class TQ2_0Quantizer extends TernaryQuantizer {
      */
     @Override
     float dotRow(MemorySegment src, long offset, int blocks, float[] x, int xOffset) {
-        MemorySegment b = src.asSlice(offset, (long) blocks * BYTES);
         var floats = Ternary.floats();
         int lanes = floats.length();
+        // With 4 lanes each load takes 8 bytes: the row is staged (Blocks.stage leaves slack after it), or the last
+        // load of the last block could read past the tensor.
+        MemorySegment b = lanes < 8 ? MemorySegment.ofArray(Blocks.stage(src, offset, blocks * BYTES))
+                : src.asSlice(offset, (long) blocks * BYTES);
         FloatVector acc = FloatVector.zero(floats);
         for (int k = 0; k < blocks; k++) {
             long o = (long) k * BYTES;

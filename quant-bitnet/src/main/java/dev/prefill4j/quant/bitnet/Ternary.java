@@ -18,10 +18,12 @@ final class Ternary {
     /** Float lanes of the dot product, at most 16; trits and ints in vectors with as many lanes. */
     private static final VectorSpecies<Float> FLOATS = FloatVector.SPECIES_PREFERRED.length() > 16
             ? FloatVector.SPECIES_512 : FloatVector.SPECIES_PREFERRED;
+    /** With 4 float lanes, 8 (the narrowest byte vector): the widening takes the first 4. */
     static final VectorSpecies<Byte> TRIT_LANES =
-            VectorSpecies.of(byte.class, VectorShape.forBitSize(FLOATS.length() * 8));
+            VectorSpecies.of(byte.class, VectorShape.forBitSize(Math.max(64, FLOATS.length() * 8)));
     static final VectorSpecies<Integer> INTS = VectorSpecies.of(int.class, FLOATS.vectorShape());
-    private static final ThreadLocal<byte[]> TRITS = ThreadLocal.withInitial(() -> new byte[QK]);
+    /** A block's trits; 8 bytes of slack for the 8-byte loads of 4-lane kernels. */
+    private static final ThreadLocal<byte[]> TRITS = ThreadLocal.withInitial(() -> new byte[QK + 8]);
     /** Short lanes of the integer dot product, at most 32; trits and activation codes in byte vectors as wide. */
     static final VectorSpecies<Short> SHORTS = ShortVector.SPECIES_PREFERRED.length() > 32
             ? ShortVector.SPECIES_512 : ShortVector.SPECIES_PREFERRED;

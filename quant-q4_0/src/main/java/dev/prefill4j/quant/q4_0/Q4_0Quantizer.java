@@ -28,8 +28,9 @@ public final class Q4_0Quantizer implements Quantizer {
     /** Float lanes of the decoder, at most 16 (half a block); bytes in vectors with as many lanes. */
     static final VectorSpecies<Float> FLOATS = FloatVector.SPECIES_PREFERRED.length() > 16
             ? FloatVector.SPECIES_512 : FloatVector.SPECIES_PREFERRED;
+    /** With 4 float lanes, 8 (the narrowest byte vector): the widening takes the first 4. */
     static final VectorSpecies<Byte> BYTES_PER_LANE =
-            VectorSpecies.of(byte.class, VectorShape.forBitSize(FLOATS.length() * 8));
+            VectorSpecies.of(byte.class, VectorShape.forBitSize(Math.max(64, FLOATS.length() * 8)));
     static final VectorSpecies<Integer> INTS = VectorSpecies.of(int.class, FLOATS.vectorShape());
     /**
      * Sixteen int16 lanes (a block's half) for {@link #dotEncoded}, where vectors have 256 bits or more (AVX2,
@@ -148,7 +149,10 @@ public final class Q4_0Quantizer implements Quantizer {
         if (LEVELS != null) {
             return dotByTable(src, offset, x, xOffset, blocks);
         }
-        MemorySegment row = src.asSlice(offset, (long) blocks * BYTES);
+        // With 4 lanes each load takes 8 bytes: the row is staged (Blocks.stage leaves slack after it), or the last
+        // load of the last block could read past the tensor.
+        MemorySegment row = FLOATS.length() < 8 ? MemorySegment.ofArray(Blocks.stage(src, offset, blocks * BYTES))
+                : src.asSlice(offset, (long) blocks * BYTES);
         FloatVector lo0 = FloatVector.zero(FLOATS);
         FloatVector hi0 = lo0;
         FloatVector lo1 = lo0;

@@ -22,8 +22,12 @@ final class KQuants {
     /** Float lanes of the decoders, at most 16; bytes in vectors with as many lanes. */
     static final VectorSpecies<Float> FLOATS = FloatVector.SPECIES_PREFERRED.length() > 16
             ? FloatVector.SPECIES_512 : FloatVector.SPECIES_PREFERRED;
+    /**
+     * With 4 float lanes, 8 (the narrowest byte vector): the widening takes the first 4; the K-quants read staged
+     * arrays ({@code Blocks.stage}), which have slack after the data for the 4 bytes read beyond.
+     */
     static final VectorSpecies<Byte> BYTES_PER_LANE =
-            VectorSpecies.of(byte.class, VectorShape.forBitSize(FLOATS.length() * 8));
+            VectorSpecies.of(byte.class, VectorShape.forBitSize(Math.max(64, FLOATS.length() * 8)));
     static final VectorSpecies<Integer> INTS = VectorSpecies.of(int.class, FLOATS.vectorShape());
     /**
      * Sixteen int16 lanes (one Q6_K scale group, half a Q4_K sub-block's nibbles) for the encoded dot products, where vectors
