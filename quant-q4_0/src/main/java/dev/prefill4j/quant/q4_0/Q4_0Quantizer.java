@@ -132,7 +132,7 @@ public final class Q4_0Quantizer implements Quantizer {
      * floats, multiplied by the block's {@code d} and accumulated against the activations ({@code sum q * d * x}); the
      * {@code -8} of every weight comes once per block as {@code -8 * d * sum(x)} from the prepared sums, in a scalar
      * running sum; four accumulators (two vectors of each nibble half), lanes added in a fixed order at the end.
-     * With 16 lanes the nibbles select their values from a table instead ({@link #dotByTable}); with 8 lanes a block
+     * With 16 lanes the nibbles select their values from a table instead, a block at a time ({@link #dotByTable}); with 8 lanes a block
      * at a time, its four products added first and multiplied by {@code d} once, into one running sum (JMH {@code
      * Matmul -p format=q4_0 -p rows=1 -p threads=1 -jvmArgsAppend -XX:MaxVectorSize=32}, 8 lanes on the Zen 5 VM,
      * three alternating forks: 2,726-2,771 against 2,925-2,962 ops/s for the four-sum form, 2026-12-03; not measured
@@ -227,47 +227,38 @@ public final class Q4_0Quantizer implements Quantizer {
             : null;
 
     /**
-     * {@link #dotPrepared} with 16 float lanes: two blocks an iteration; each nibble half selects its values {@code q -
-     * 8} from {@link #LEVELS} by lane permute (exact), a block's two halves are multiplied with the activations and
-     * added in one vector, and that vector is accumulated times the block's {@code d}, one FMA a block where the
-     * conversion form ({@code q} converted to float, times {@code d}, the {@code -8} from prepared sums) took two
-     * multiplies and two FMAs. Vector instructions for a pair of blocks in the compiled loop: 26 against 30. In a
-     * harness outside the repository (one thread, 2,048-element rows of the 1B Q4_0 file's bytes with sane scales,
-     * in-process rounds on the Zen 5 VM, 2026-12-03) this loop written there ran at 12.1-13.4 GB/s against the
-     * conversion form's 8.6-9.8 with 256 rows in L2 and 11.7-12.8 against 7.0-9.5 streamed from 400 MiB; this
-     * method, as compiled here, at 0.85-0.95x the harness's copy (C2 keeps four bounds checks of the slice in its
-     * loop). Decode of the 1B Q4_0 file: README, Benchmarks. Needs no prepared sums ({@link #preparedActivations}
+     * {@link #dotPrepared} with 16 float lanes, a block an iteration: each nibble half selects its values {@code q - 8}
+     * from {@link #LEVELS} by lane permute (exact), the block's two halves are multiplied with the activations and added
+     * in one vector, and that vector is accumulated times the block's {@code d}: one FMA a block where the conversion
+     * form ({@code q} converted to float, times {@code d}, the {@code -8} from prepared sums) took two multiplies and
+     * two FMAs. Read at absolute offsets of {@code src}, one running sum. Until 2026-12-03 it took two blocks an
+     * iteration from a slice of the row, two running sums: as fast with 2,048-element rows, but slower with the FFN's
+     * 8,192-element ones, which decode read at about half the bytes per second of the others ({@code bench --profile}).
+     * A harness outside the repository (one thread, rows of the 1B file's geometry streamed from memory, Zen 5 VM): 8,192
+     * elements 7.3-7.6 GB/s with the pair loop against 9.1-10.5 with this one, 2,048 elements 12.2-13.0 against
+     * 12.4; {@code bench -m 1b-q4_0.gguf -p 16 -n 64 -r 3 --profile}, six alternating pairs: {@code ffn_down.weight}
+     * 11.5-13.1 GB/s against 12.5-14.4 (five of six pairs faster). Needs no prepared sums ({@link #preparedActivations}
      * is 0 here).
      */
     private static float dotByTable(MemorySegment src, long offset, float[] x, int xOffset, int blocks) {
-        // The slice is made here and passed to no other method: a slice that escaped into a call C2 did not inline was
-        // allocated for every row (JFR: 1.3 GB of segment objects in 64 decode steps of the 1B file, one thread).
-        MemorySegment row = src.asSlice(offset, (long) blocks * BYTES);
         IntVector levels = LEVELS;
-        FloatVector acc0 = FloatVector.zero(FLOATS);
-        FloatVector acc1 = acc0;
-        for (int p = 0, pairs = blocks / 2; p < pairs; p++) {
-            long o = (long) p * 2 * BYTES;
-            int base = xOffset + p * 2 * QK;
-            IntVector q0 = (IntVector) ByteVector.fromMemorySegment(BYTES_PER_LANE, row, o + 2, LE)
+        FloatVector acc = FloatVector.zero(FLOATS);
+        for (int k = 0; k < blocks; k++) {
+            long o = offset + (long) k * BYTES;
+            int base = xOffset + k * QK;
+            IntVector q = (IntVector) ByteVector.fromMemorySegment(BYTES_PER_LANE, src, o + 2, LE)
                     .convertShape(VectorOperators.ZERO_EXTEND_B2I, INTS, 0);
-            IntVector q1 = (IntVector) ByteVector.fromMemorySegment(BYTES_PER_LANE, row, o + BYTES + 2, LE)
-                    .convertShape(VectorOperators.ZERO_EXTEND_B2I, INTS, 0);
-            FloatVector t0 = q0.and(0x0F).selectFrom(levels).reinterpretAsFloats()
-                    .fma(FloatVector.fromArray(FLOATS, x, base), q0.lanewise(VectorOperators.LSHR, 4)
+            FloatVector t = q.and(0x0F).selectFrom(levels).reinterpretAsFloats()
+                    .fma(FloatVector.fromArray(FLOATS, x, base), q.lanewise(VectorOperators.LSHR, 4)
                             .selectFrom(levels).reinterpretAsFloats().mul(FloatVector.fromArray(FLOATS, x, base + 16)));
-            FloatVector t1 = q1.and(0x0F).selectFrom(levels).reinterpretAsFloats()
-                    .fma(FloatVector.fromArray(FLOATS, x, base + QK), q1.lanewise(VectorOperators.LSHR, 4)
-                            .selectFrom(levels).reinterpretAsFloats().mul(FloatVector.fromArray(FLOATS, x, base + QK + 16)));
-            acc0 = t0.fma(FloatVector.broadcast(FLOATS, Blocks.fp16(row, o)), acc0);
-            acc1 = t1.fma(FloatVector.broadcast(FLOATS, Blocks.fp16(row, o + BYTES)), acc1);
+            acc = t.fma(FloatVector.broadcast(FLOATS, Blocks.fp16(src, o)), acc);
         }
         // The lane tree of Lanes.sum written out: a call boxed its argument where C2 left it out of line.
-        FloatVector v = acc0.add(acc1);
+        FloatVector v = acc;
         v = v.add(v.rearrange(Lanes.X8));
         v = v.add(v.rearrange(Lanes.X4));
         v = v.add(v.rearrange(Lanes.X2));
-        return v.add(v.rearrange(Lanes.X1)).lane(0) + lastBlock(src, offset, x, xOffset, blocks);
+        return v.add(v.rearrange(Lanes.X1)).lane(0);
     }
 
     /**
