@@ -43,6 +43,8 @@ public final class Session implements AutoCloseable {
     private int[] history = new int[256];
     /** The next token to feed: already handed to the caller, not yet in the cache; -1 if none. */
     private int pending = -1;
+    /** Where each step's time is added ({@link #profile}); {@code null} when not profiling. */
+    private OpProfile profile;
     /** The sampler of the last generation, kept with a persistent cache so a resumed session draws on. */
     private Sampler sampler;
     // Activation buffers, sized for a full chunk: the workspace's, handed on to the next session at close.
@@ -96,6 +98,30 @@ public final class Session implements AutoCloseable {
     /** {@return the maximum positions this session holds} */
     public int capacity() {
         return capacity;
+    }
+
+    /**
+     * Times every step of the forward passes from now on into {@code profile} (see {@link OpProfile}), or stops
+     * timing with {@code null}.
+     *
+     * @param profile where the times go, or {@code null}
+     * @since 1.1
+     */
+    @Api.Experimental
+    public void profile(OpProfile profile) {
+        this.profile = profile;
+    }
+
+    /** {@return now, if profiling ({@link #profile}); 0 otherwise} */
+    private long tick() {
+        return profile == null ? 0 : System.nanoTime();
+    }
+
+    /** Adds the time since {@code t0} ({@link #tick}) to {@code operation}, if profiling. */
+    private void tock(String operation, long t0, long weightBytes) {
+        if (profile != null) {
+            profile.add(operation, System.nanoTime() - t0, weightBytes);
+        }
     }
 
     /** {@return the KV cache (for its statistics)} */
@@ -444,33 +470,55 @@ public final class Session implements AutoCloseable {
     private void forward(int[] tokens, int start, int n) {
         int dim = c.dim();
         WeightMatrix emb = model.embedding();
-        for (int t = 0; t < n; t++) {
-            emb.format().decode(emb.data(), emb.rowBytes() * tokens[start + t], x, t * dim, dim);
+        long t = tick();
+        for (int i = 0; i < n; i++) {
+            emb.format().decode(emb.data(), emb.rowBytes() * tokens[start + i], x, i * dim, dim);
         }
+        tock("embedding", t, n * emb.rowBytes());
         int pos = position;
         for (int l = 0; l < c.layers(); l++) {
             LlamaModel.Layer w = model.layer(l);
+            t = tick();
             device.rmsNorm(x, n, w.attnNorm(), c.rmsEps(), xb);
+            tock("rms_norm", t, 0);
             project(xb, n, new WeightMatrix[] {w.wq(), w.wk(), w.wv()}, q, k, v);
+            t = tick();
             device.rope(q, n, c.heads(), c.headDim(), c.ropeDim(), pos, c.ropeBase());
             device.rope(k, n, c.kvHeads(), c.headDim(), c.ropeDim(), pos, c.ropeBase());
+            tock("rope", t, 0);
+            t = tick();
             cache.append(l, pos, n, k, v);
+            tock("kv_append", t, 0);
+            t = tick();
             attention.attend(new AttentionRequest(q, n, pos, cache, l, c.heads(), c.kvHeads(), c.headDim(),
                     (float) (1.0 / Math.sqrt(c.headDim())), xb));
+            tock("attention", t, 0);
             // Attention's output in xb (free since the projections read it), the output projection's in q (free
             // since attention read it; q is the start of gate, which the FFN overwrites next): no buffers of their own.
             project(xb, n, new WeightMatrix[] {w.wo()}, q);
+            t = tick();
             addInPlace(x, q, n * dim);
+            tock("residual_add", t, 0);
+            t = tick();
             device.rmsNorm(x, n, w.ffnNorm(), c.rmsEps(), xb);
+            tock("rms_norm", t, 0);
             if (activationFormats.containsKey(w.gate().format()) || activationFormats.containsKey(w.up().format())) {
                 project(xb, n, new WeightMatrix[] {w.gate(), w.up()}, gate, up);
+                t = tick();
                 device.swiglu(gate, up, n * c.ffnDim());
+                tock("swiglu", t, 0);
             } else {
+                t = tick();
                 device.matmulSwiGLU(w.gate(), w.up(), xb, n, gate); // SwiGLU in the GEMM's epilogue: no up tensor
+                tock("ffn_gate+up", t, bytes(w.gate()) + bytes(w.up()));
             }
             project(gate, n, new WeightMatrix[] {w.down()}, xb);
+            t = tick();
             addInPlace(x, xb, n * dim);
+            tock("residual_add", t, 0);
+            t = tick();
             checkFinite(x, n, dim, "output of layer " + l, pos);
+            tock("finite_check", t, 0);
         }
         position = pos + n;
     }
@@ -481,13 +529,17 @@ public final class Session implements AutoCloseable {
         int vocab = c.vocab();
         float[] normed = new float[rows * dim];
         System.arraycopy(x, from * dim, normed, 0, rows * dim);
+        long t = tick();
         device.rmsNorm(normed, rows, model.outputNorm(), c.rmsEps(), normed);
+        tock("rms_norm", t, 0);
         float[] result = outRow == 0 && out.length == rows * vocab ? out : new float[rows * vocab];
         project(normed, rows, new WeightMatrix[] {model.output()}, result);
         if (result != out) {
             System.arraycopy(result, 0, out, outRow * vocab, rows * vocab);
         }
+        t = tick();
         checkFinite(result, rows, vocab, "logits", position - (from == 0 && rows > 1 ? rows : 1));
+        tock("finite_check", t, 0);
     }
 
     /**
@@ -502,9 +554,13 @@ public final class Session implements AutoCloseable {
         boolean decoded = false;
         for (int i = 0; i < ws.length; i++) {
             WeightMatrix w = ws[i];
+            long t = tick();
             Quantizer act = activationFormats.get(w.format());
             if (act == null) {
                 device.matmul(w, x, rows, outs[i]);
+                if (profile != null) {
+                    tock(profile.operationOf(w.name()), t, bytes(w));
+                }
                 continue;
             }
             int cols = w.cols();
@@ -515,19 +571,31 @@ public final class Session implements AutoCloseable {
                 }
                 encodedAs = act;
                 decoded = false;
+                tock("activation_encode", t, 0);
+                t = tick();
             }
             if (w.format().hasEncodedDot()) {
                 device.matmulEncoded(w, encoded, rowBytes, rows, outs[i]);
-                continue;
-            }
-            if (!decoded) {
-                for (int r = 0; r < rows; r++) {
-                    act.decode(encoded, r * rowBytes, quantized, r * cols, cols);
+            } else {
+                if (!decoded) {
+                    for (int r = 0; r < rows; r++) {
+                        act.decode(encoded, r * rowBytes, quantized, r * cols, cols);
+                    }
+                    decoded = true;
+                    tock("activation_encode", t, 0);
+                    t = tick();
                 }
-                decoded = true;
+                device.matmulExact(w, quantized, rows, outs[i]);
             }
-            device.matmulExact(w, quantized, rows, outs[i]);
+            if (profile != null) {
+                tock(profile.operationOf(w.name()), t, bytes(w));
+            }
         }
+    }
+
+    /** {@return the bytes of {@code w}'s weights} */
+    private static long bytes(WeightMatrix w) {
+        return w.rowBytes() * w.rows();
     }
 
     private static void addInPlace(float[] a, float[] b, int n) {

@@ -271,6 +271,63 @@ class CliTest {
         assertEquals(2, found, r.out());
     }
 
+    /**
+     * {@code bench --profile} on the synthetic tiny geometry in F32 (4 layers, dim 256, 4 KV heads of 32, FFN 768,
+     * vocabulary 512, an output matrix of its own): each weight matrix counted under its tensor name once per layer and
+     * token, with exactly its bytes; the other steps as often as the forward pass runs them; the operations' shares
+     * adding up to the share reported and covering most of the timed runs.
+     */
+    @Test
+    void benchProfilesEachOperation() throws Exception {
+        Cli.Result r = Cli.run("bench", "--synthetic", "tiny", "--type", "f32", "-p", "8", "-n", "4", "-r", "2",
+                "--verify-tokens", "0", "--profile", "--json");
+        assertEquals(0, r.exit(), r.toString());
+        String pp = r.out().substring(r.out().indexOf("\"test\": \"pp8\""), r.out().indexOf("\"test\": \"tg4\""));
+        String tg = r.out().substring(r.out().indexOf("\"test\": \"tg4\""));
+        int layers = 4;
+        long f32 = 4;
+        // Decode: per token each layer's matrices once, the output matrix once.
+        assertOperation(tg, "attn_q.weight", layers, layers * 256L * 256 * f32);
+        assertOperation(tg, "attn_k.weight", layers, layers * 128L * 256 * f32);
+        assertOperation(tg, "attn_v.weight", layers, layers * 128L * 256 * f32);
+        assertOperation(tg, "attn_output.weight", layers, layers * 256L * 256 * f32);
+        assertOperation(tg, "ffn_gate+up", layers, layers * 2 * 768L * 256 * f32);
+        assertOperation(tg, "ffn_down.weight", layers, layers * 256L * 768 * f32);
+        assertOperation(tg, "output.weight", 1, 512L * 256 * f32);
+        assertOperation(tg, "attention", layers, -1);
+        assertOperation(tg, "rms_norm", 2 * layers + 1, -1);
+        assertOperation(tg, "residual_add", 2 * layers, -1);
+        // Prefill of 8 tokens: each matrix once per layer for all 8 (1/8 a token), logits for the last position only.
+        assertOperation(pp, "attn_q.weight", layers / 8.0, layers * 256L * 256 * f32 / 8.0);
+        assertOperation(pp, "output.weight", 1 / 8.0, 512L * 256 * f32 / 8.0);
+        for (String test : List.of(pp, tg)) {
+            var shares = java.util.regex.Pattern.compile("\"share\": ([0-9.eE+-]+)").matcher(test);
+            double sum = 0;
+            while (shares.find()) {
+                sum += Double.parseDouble(shares.group(1));
+            }
+            double profiled = number(test, "profiled_share");
+            assertEquals(profiled, sum, 1e-9, test);
+            assertTrue(profiled > 0.5 && profiled <= 1, "profiled share " + profiled + " of " + test);
+        }
+    }
+
+    /**
+     * Asserts that operation {@code name} of a bench test's JSON ran {@code callsPerToken} times a token and read
+     * {@code bytesPerToken} bytes of weights a token (-1: reads none, so no such field).
+     */
+    private static void assertOperation(String test, String name, double callsPerToken, double bytesPerToken) {
+        int at = test.indexOf("\"operation\": \"" + name + "\"");
+        assertTrue(at >= 0, name + " in " + test);
+        String op = test.substring(at, test.indexOf('}', at));
+        assertEquals(callsPerToken, number(op, "calls_per_token"), 1e-9, op);
+        if (bytesPerToken < 0) {
+            assertFalse(op.contains("weight_bytes_per_token"), op);
+        } else {
+            assertEquals(bytesPerToken, number(op, "weight_bytes_per_token"), 1e-6, op);
+        }
+    }
+
     /** {@return the number after {@code "key": } in a JSON text} */
     private static double number(String json, String key) {
         var m = java.util.regex.Pattern.compile("\"" + key + "\": ([0-9.eE+-]+)").matcher(json);
