@@ -79,7 +79,8 @@ final class BenchCommand implements Callable<Integer> {
 
     @Option(names = "--profile", description = "Also time every operation of the timed runs (each weight matrix by "
             + "tensor name, attention, norms, RoPE, KV append, ...) and print, per test, the milliseconds per token each "
-            + "takes, its share of the run and, for weight matrices, the GB/s of weights it reads. Adds about 50 ns "
+            + "takes, its share of the run and, for weight matrices, the GB/s of weights it reads (tg) or the GFLOP/s it "
+            + "computes (pp). Adds about 50 ns "
             + "per operation: nothing for a 1B model, a visible share for a tiny one.")
     boolean profile;
 
@@ -264,17 +265,22 @@ final class BenchCommand implements Callable<Integer> {
                                 (double) row.get("percent_of_read_bandwidth"));
                     }
                     if (row.get("operations") instanceof List<?> list) {
+                        // Decode is bound by the weights' stream, prefill by arithmetic: each gets its own rate.
+                        boolean prefill = row.get("test").toString().startsWith("pp");
+                        int tokens = Integer.parseInt(row.get("test").toString().substring(2));
                         System.out.printf(Locale.ROOT, "  %s by operation (%.1f%% of the timed runs' time):%n",
                                 row.get("test"), 100 * (double) row.get("profiled_share"));
-                        System.out.printf("    %-24s %12s %8s %8s %10s%n", "operation", "ms/token", "share", "calls/t",
-                                "weights");
+                        System.out.printf("    %-24s %12s %8s %9s %14s%n", "operation", "ms/token", "share",
+                                prefill ? "calls/run" : "calls/tok", prefill ? "GFLOP/s" : "weights read");
                         for (Object o : list) {
                             Map<?, ?> op = (Map<?, ?>) o;
-                            System.out.printf(Locale.ROOT, "    %-24s %12.4f %7.1f%% %8.1f %10s%n", op.get("operation"),
-                                    (double) op.get("ms_per_token"), 100 * (double) op.get("share"),
-                                    (double) op.get("calls_per_token"), op.containsKey("weight_read_gb_s")
-                                            ? String.format(Locale.ROOT, "%.1f GB/s", (double) op.get("weight_read_gb_s"))
-                                            : "");
+                            String rate = prefill && op.containsKey("gflops")
+                                    ? String.format(Locale.ROOT, "%.1f", (double) op.get("gflops"))
+                                    : !prefill && op.containsKey("weight_read_gb_s")
+                                    ? String.format(Locale.ROOT, "%.1f GB/s", (double) op.get("weight_read_gb_s")) : "";
+                            double calls = (double) op.get("calls_per_token") * (prefill ? tokens : 1);
+                            System.out.printf(Locale.ROOT, "    %-24s %12.4f %7.1f%% %9.1f %14s%n", op.get("operation"),
+                                    (double) op.get("ms_per_token"), 100 * (double) op.get("share"), calls, rate);
                         }
                     }
                     if (row.containsKey("kv_read_gb_s")) {
@@ -336,8 +342,8 @@ final class BenchCommand implements Callable<Integer> {
 
     /**
      * {@return the operations of {@code ops} as JSON-ready maps, slowest first}: per token of the {@code tokens} timed,
-     * calls, milliseconds and weight bytes, the share of {@code timedNanos} (the timed runs' wall-clock time), and for
-     * operations that read weights the rate they read them at.
+     * calls, milliseconds, weight bytes and FLOPs, the share of {@code timedNanos} (the timed runs' wall-clock time),
+     * and for matrix products the rates they read weights at and computed at.
      */
     private static List<Map<String, Object>> operations(OpProfile ops, long tokens, long timedNanos) {
         List<Map<String, Object>> list = new ArrayList<>();
@@ -350,6 +356,10 @@ final class BenchCommand implements Callable<Integer> {
             if (op.weightBytes() > 0) {
                 m.put("weight_bytes_per_token", (double) op.weightBytes() / tokens);
                 m.put("weight_read_gb_s", (double) op.weightBytes() / op.nanos());
+            }
+            if (op.flops() > 0) {
+                m.put("flops_per_token", (double) op.flops() / tokens);
+                m.put("gflops", (double) op.flops() / op.nanos());
             }
             list.add(m);
         });

@@ -18,7 +18,8 @@ import java.util.Map;
  * <p>Every step is timed on the session's thread around a call that returns when all the device's threads are done,
  * so the times add up to the step's time (less the session's own bookkeeping). Two {@link System#nanoTime} calls a
  * step cost about 50 ns: nothing against a 1B model's decode step (about 200 steps in tens of milliseconds), but a
- * noticeable share of a tiny model's. Not thread-safe, like the session that fills it.
+ * noticeable share of a tiny model's. Matrix products also count their FLOPs (two per multiply-add: prefill is
+ * compute-bound, decode bound by the weights' stream). Not thread-safe, like the session that fills it.
  *
  * @since 1.1
  */
@@ -31,11 +32,12 @@ public final class OpProfile {
      * @param calls       times it ran
      * @param nanos       wall-clock nanoseconds spent in it
      * @param weightBytes bytes of weights it read (0 for steps that read no weights)
+     * @param flops       floating-point operations of its matrix products, two per multiply-add (0 for other steps)
      */
-    public record Entry(String operation, long calls, long nanos, long weightBytes) {
+    public record Entry(String operation, long calls, long nanos, long weightBytes, long flops) {
     }
 
-    /** Per operation: calls, nanoseconds, weight bytes; in the order first seen. */
+    /** Per operation: calls, nanoseconds, weight bytes, FLOPs; in the order first seen. */
     private final Map<String, long[]> totals = new LinkedHashMap<>();
     /** Tensor name -> operation, so that a step does not build a string. */
     private final Map<String, String> operations = new HashMap<>();
@@ -45,11 +47,12 @@ public final class OpProfile {
     }
 
     /** Adds one run of a step. */
-    void add(String operation, long nanos, long weightBytes) {
-        long[] t = totals.computeIfAbsent(operation, o -> new long[3]);
+    void add(String operation, long nanos, long weightBytes, long flops) {
+        long[] t = totals.computeIfAbsent(operation, o -> new long[4]);
         t[0]++;
         t[1] += nanos;
         t[2] += weightBytes;
+        t[3] += flops;
     }
 
     /** {@return the operation a product with tensor {@code name} counts under: the name without "blk.N."} */
@@ -70,7 +73,7 @@ public final class OpProfile {
     /** {@return the totals so far, one entry per operation in the order first run} */
     public List<Entry> entries() {
         List<Entry> list = new ArrayList<>(totals.size());
-        totals.forEach((op, t) -> list.add(new Entry(op, t[0], t[1], t[2])));
+        totals.forEach((op, t) -> list.add(new Entry(op, t[0], t[1], t[2], t[3])));
         return list;
     }
 

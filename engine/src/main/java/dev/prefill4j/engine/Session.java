@@ -117,10 +117,17 @@ public final class Session implements AutoCloseable {
         return profile == null ? 0 : System.nanoTime();
     }
 
-    /** Adds the time since {@code t0} ({@link #tick}) to {@code operation}, if profiling. */
-    private void tock(String operation, long t0, long weightBytes) {
+    /** Adds the time since {@code t0} ({@link #tick}) to {@code operation}, a step that is no matrix product. */
+    private void tock(String operation, long t0) {
         if (profile != null) {
-            profile.add(operation, System.nanoTime() - t0, weightBytes);
+            profile.add(operation, System.nanoTime() - t0, 0, 0);
+        }
+    }
+
+    /** Adds the time since {@code t0} to the product of {@code rows} activation rows with {@code w}, if profiling. */
+    private void tock(String operation, long t0, WeightMatrix w, int rows) {
+        if (profile != null) {
+            profile.add(operation, System.nanoTime() - t0, w.rowBytes() * w.rows(), 2L * rows * w.rows() * w.cols());
         }
     }
 
@@ -474,51 +481,57 @@ public final class Session implements AutoCloseable {
         for (int i = 0; i < n; i++) {
             emb.format().decode(emb.data(), emb.rowBytes() * tokens[start + i], x, i * dim, dim);
         }
-        tock("embedding", t, n * emb.rowBytes());
+        if (profile != null) {
+            profile.add("embedding", System.nanoTime() - t, n * emb.rowBytes(), 0);
+        }
         int pos = position;
         for (int l = 0; l < c.layers(); l++) {
             LlamaModel.Layer w = model.layer(l);
             t = tick();
             device.rmsNorm(x, n, w.attnNorm(), c.rmsEps(), xb);
-            tock("rms_norm", t, 0);
+            tock("rms_norm", t);
             project(xb, n, new WeightMatrix[] {w.wq(), w.wk(), w.wv()}, q, k, v);
             t = tick();
             device.rope(q, n, c.heads(), c.headDim(), c.ropeDim(), pos, c.ropeBase());
             device.rope(k, n, c.kvHeads(), c.headDim(), c.ropeDim(), pos, c.ropeBase());
-            tock("rope", t, 0);
+            tock("rope", t);
             t = tick();
             cache.append(l, pos, n, k, v);
-            tock("kv_append", t, 0);
+            tock("kv_append", t);
             t = tick();
             attention.attend(new AttentionRequest(q, n, pos, cache, l, c.heads(), c.kvHeads(), c.headDim(),
                     (float) (1.0 / Math.sqrt(c.headDim())), xb));
-            tock("attention", t, 0);
+            tock("attention", t);
             // Attention's output in xb (free since the projections read it), the output projection's in q (free
             // since attention read it; q is the start of gate, which the FFN overwrites next): no buffers of their own.
             project(xb, n, new WeightMatrix[] {w.wo()}, q);
             t = tick();
             addInPlace(x, q, n * dim);
-            tock("residual_add", t, 0);
+            tock("residual_add", t);
             t = tick();
             device.rmsNorm(x, n, w.ffnNorm(), c.rmsEps(), xb);
-            tock("rms_norm", t, 0);
+            tock("rms_norm", t);
             if (activationFormats.containsKey(w.gate().format()) || activationFormats.containsKey(w.up().format())) {
                 project(xb, n, new WeightMatrix[] {w.gate(), w.up()}, gate, up);
                 t = tick();
                 device.swiglu(gate, up, n * c.ffnDim());
-                tock("swiglu", t, 0);
+                tock("swiglu", t);
             } else {
                 t = tick();
                 device.matmulSwiGLU(w.gate(), w.up(), xb, n, gate); // SwiGLU in the GEMM's epilogue: no up tensor
-                tock("ffn_gate+up", t, bytes(w.gate()) + bytes(w.up()));
+                if (profile != null) {
+                    long dt = System.nanoTime() - t;
+                    profile.add("ffn_gate+up", dt, w.gate().rowBytes() * w.gate().rows() + w.up().rowBytes()
+                            * w.up().rows(), 2L * n * (w.gate().rows() * (long) w.gate().cols() + w.up().rows() * (long) w.up().cols()));
+                }
             }
             project(gate, n, new WeightMatrix[] {w.down()}, xb);
             t = tick();
             addInPlace(x, xb, n * dim);
-            tock("residual_add", t, 0);
+            tock("residual_add", t);
             t = tick();
             checkFinite(x, n, dim, "output of layer " + l, pos);
-            tock("finite_check", t, 0);
+            tock("finite_check", t);
         }
         position = pos + n;
     }
@@ -531,7 +544,7 @@ public final class Session implements AutoCloseable {
         System.arraycopy(x, from * dim, normed, 0, rows * dim);
         long t = tick();
         device.rmsNorm(normed, rows, model.outputNorm(), c.rmsEps(), normed);
-        tock("rms_norm", t, 0);
+        tock("rms_norm", t);
         float[] result = outRow == 0 && out.length == rows * vocab ? out : new float[rows * vocab];
         project(normed, rows, new WeightMatrix[] {model.output()}, result);
         if (result != out) {
@@ -539,7 +552,7 @@ public final class Session implements AutoCloseable {
         }
         t = tick();
         checkFinite(result, rows, vocab, "logits", position - (from == 0 && rows > 1 ? rows : 1));
-        tock("finite_check", t, 0);
+        tock("finite_check", t);
     }
 
     /**
@@ -559,7 +572,7 @@ public final class Session implements AutoCloseable {
             if (act == null) {
                 device.matmul(w, x, rows, outs[i]);
                 if (profile != null) {
-                    tock(profile.operationOf(w.name()), t, bytes(w));
+                    tock(profile.operationOf(w.name()), t, w, rows);
                 }
                 continue;
             }
@@ -571,7 +584,7 @@ public final class Session implements AutoCloseable {
                 }
                 encodedAs = act;
                 decoded = false;
-                tock("activation_encode", t, 0);
+                tock("activation_encode", t);
                 t = tick();
             }
             if (w.format().hasEncodedDot()) {
@@ -582,21 +595,17 @@ public final class Session implements AutoCloseable {
                         act.decode(encoded, r * rowBytes, quantized, r * cols, cols);
                     }
                     decoded = true;
-                    tock("activation_encode", t, 0);
+                    tock("activation_encode", t);
                     t = tick();
                 }
                 device.matmulExact(w, quantized, rows, outs[i]);
             }
             if (profile != null) {
-                tock(profile.operationOf(w.name()), t, bytes(w));
+                tock(profile.operationOf(w.name()), t, w, rows);
             }
         }
     }
 
-    /** {@return the bytes of {@code w}'s weights} */
-    private static long bytes(WeightMatrix w) {
-        return w.rowBytes() * w.rows();
-    }
 
     private static void addInPlace(float[] a, float[] b, int n) {
         for (int i = 0; i < n; i++) {

@@ -274,7 +274,8 @@ class CliTest {
     /**
      * {@code bench --profile} on the synthetic tiny geometry in F32 (4 layers, dim 256, 4 KV heads of 32, FFN 768,
      * vocabulary 512, an output matrix of its own): each weight matrix counted under its tensor name once per layer and
-     * token, with exactly its bytes; the other steps as often as the forward pass runs them; the operations' shares
+     * token, with exactly its bytes and two FLOPs per weight and token; the other steps as often as the forward pass
+     * runs them; the operations' shares
      * adding up to the share reported and covering most of the timed runs.
      */
     @Test
@@ -300,6 +301,14 @@ class CliTest {
         // Prefill of 8 tokens: each matrix once per layer for all 8 (1/8 a token), logits for the last position only.
         assertOperation(pp, "attn_q.weight", layers / 8.0, layers * 256L * 256 * f32 / 8.0);
         assertOperation(pp, "output.weight", 1 / 8.0, 512L * 256 * f32 / 8.0);
+        // Two FLOPs per weight and token whether the token is prefilled or decoded; logits for one token of eight.
+        for (String test : List.of(pp, tg)) {
+            assertEquals(2.0 * layers * 2 * 768 * 256, number(operation(test, "ffn_gate+up"), "flops_per_token"), 1e-6);
+            assertEquals(2.0 * layers * 256 * 768, number(operation(test, "ffn_down.weight"), "flops_per_token"), 1e-6);
+        }
+        assertEquals(2.0 * 512 * 256, number(operation(tg, "output.weight"), "flops_per_token"), 1e-6);
+        assertEquals(2.0 * 512 * 256 / 8, number(operation(pp, "output.weight"), "flops_per_token"), 1e-6);
+        assertFalse(operation(tg, "attention").contains("flops_per_token"));
         for (String test : List.of(pp, tg)) {
             var shares = java.util.regex.Pattern.compile("\"share\": ([0-9.eE+-]+)").matcher(test);
             double sum = 0;
@@ -317,15 +326,20 @@ class CliTest {
      * {@code bytesPerToken} bytes of weights a token (-1: reads none, so no such field).
      */
     private static void assertOperation(String test, String name, double callsPerToken, double bytesPerToken) {
-        int at = test.indexOf("\"operation\": \"" + name + "\"");
-        assertTrue(at >= 0, name + " in " + test);
-        String op = test.substring(at, test.indexOf('}', at));
+        String op = operation(test, name);
         assertEquals(callsPerToken, number(op, "calls_per_token"), 1e-9, op);
         if (bytesPerToken < 0) {
             assertFalse(op.contains("weight_bytes_per_token"), op);
         } else {
             assertEquals(bytesPerToken, number(op, "weight_bytes_per_token"), 1e-6, op);
         }
+    }
+
+    /** {@return the JSON object of operation {@code name} in a bench test's JSON, up to its closing brace} */
+    private static String operation(String test, String name) {
+        int at = test.indexOf("\"operation\": \"" + name + "\"");
+        assertTrue(at >= 0, name + " in " + test);
+        return test.substring(at, test.indexOf('}', at));
     }
 
     /** {@return the number after {@code "key": } in a JSON text} */
