@@ -105,7 +105,8 @@ public final class Q8_0Quantizer implements Quantizer {
      * kept the slice's bounds checks in the loop besides the tensor's): one and two threads on the Zen 5 VM, rows of
      * 2,048 elements streamed, in-process harness: 11.4-11.9 to 13.1-14.0 GB/s and 14.6-17.5 to 16.8-19.8; 8,192
      * elements unchanged (5-11); bench {@code -m 1b-q8_0.gguf -p 16 -n 32 -r 3 -t 1}, three alternating pairs: tg32
-     * 6.48, 6.29, 7.41 to 6.51, 6.44, 8.35 tok/s (2026-12-03).
+     * 6.48, 6.29, 7.41 to 6.51, 6.44, 8.35 tok/s; with two threads seven pairs, four for and three against (medians
+     * 14.0-19.1 tok/s either way: the two vCPUs' shared stream swings more than this change) (2026-12-03).
      */
     @Override
     public float dot(MemorySegment src, long offset, float[] x, int xOffset, int count) {
