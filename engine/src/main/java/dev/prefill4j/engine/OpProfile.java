@@ -12,8 +12,9 @@ import java.util.Map;
  * wall-clock time of every step of its forward pass to it. Matrix products are counted under their tensor's name
  * without the layer prefix ({@code blk.3.ffn_down.weight} counts as {@code ffn_down.weight}), with the bytes of
  * weights they read; the other steps under fixed names ({@code attention}, {@code rms_norm}, {@code rope}, {@code
- * kv_append}, {@code residual_add}, {@code finite_check}, {@code embedding}, and {@code ffn_gate+up} for the fused
- * gate/up product with SwiGLU in its epilogue). {@code prefill4j bench --profile} prints it per test.
+ * kv_append}, {@code residual_add}, {@code finite_check}, {@code embedding}, {@code ffn_gate+up} for the fused
+ * gate/up product with SwiGLU in its epilogue; with quantized activations {@code activation_encode} for rounding a
+ * projection's input and {@code swiglu}). {@code prefill4j bench --profile} prints it per test.
  *
  * <p>Every step is timed on the session's thread around a call that returns when all the device's threads are done,
  * so the times add up to the step's time (less the session's own bookkeeping). Two {@link System#nanoTime} calls a

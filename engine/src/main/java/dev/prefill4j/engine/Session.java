@@ -117,18 +117,26 @@ public final class Session implements AutoCloseable {
         return profile == null ? 0 : System.nanoTime();
     }
 
-    /** Adds the time since {@code t0} ({@link #tick}) to {@code operation}, a step that is no matrix product. */
+    /** Adds the time since {@code t0} ({@link #tick}) to {@code operation}, a step that reads no weights. */
     private void tock(String operation, long t0) {
+        tock(operation, t0, 0, 0);
+    }
+
+    /** Adds the time since {@code t0} to {@code operation}, with the weight bytes it read and its FLOPs, if profiling. */
+    private void tock(String operation, long t0, long weightBytes, long flops) {
         if (profile != null) {
-            profile.add(operation, System.nanoTime() - t0, 0, 0);
+            profile.add(operation, System.nanoTime() - t0, weightBytes, flops);
         }
     }
 
-    /** Adds the time since {@code t0} to the product of {@code rows} activation rows with {@code w}, if profiling. */
-    private void tock(String operation, long t0, WeightMatrix w, int rows) {
-        if (profile != null) {
-            profile.add(operation, System.nanoTime() - t0, w.rowBytes() * w.rows(), 2L * rows * w.rows() * w.cols());
-        }
+    /** {@return the bytes of {@code w}'s weights} */
+    private static long bytes(WeightMatrix w) {
+        return w.rowBytes() * w.rows();
+    }
+
+    /** {@return the FLOPs of {@code rows} activation rows times {@code w}: two per multiply-add} */
+    private static long flops(WeightMatrix w, int rows) {
+        return 2L * rows * w.rows() * w.cols();
     }
 
     /** {@return the KV cache (for its statistics)} */
@@ -481,9 +489,7 @@ public final class Session implements AutoCloseable {
         for (int i = 0; i < n; i++) {
             emb.format().decode(emb.data(), emb.rowBytes() * tokens[start + i], x, i * dim, dim);
         }
-        if (profile != null) {
-            profile.add("embedding", System.nanoTime() - t, n * emb.rowBytes(), 0);
-        }
+        tock("embedding", t, n * emb.rowBytes(), 0);
         int pos = position;
         for (int l = 0; l < c.layers(); l++) {
             LlamaModel.Layer w = model.layer(l);
@@ -519,11 +525,7 @@ public final class Session implements AutoCloseable {
             } else {
                 t = tick();
                 device.matmulSwiGLU(w.gate(), w.up(), xb, n, gate); // SwiGLU in the GEMM's epilogue: no up tensor
-                if (profile != null) {
-                    long dt = System.nanoTime() - t;
-                    profile.add("ffn_gate+up", dt, w.gate().rowBytes() * w.gate().rows() + w.up().rowBytes()
-                            * w.up().rows(), 2L * n * (w.gate().rows() * (long) w.gate().cols() + w.up().rows() * (long) w.up().cols()));
-                }
+                tock("ffn_gate+up", t, bytes(w.gate()) + bytes(w.up()), flops(w.gate(), n) + flops(w.up(), n));
             }
             project(gate, n, new WeightMatrix[] {w.down()}, xb);
             t = tick();
@@ -572,7 +574,7 @@ public final class Session implements AutoCloseable {
             if (act == null) {
                 device.matmul(w, x, rows, outs[i]);
                 if (profile != null) {
-                    tock(profile.operationOf(w.name()), t, w, rows);
+                    tock(profile.operationOf(w.name()), t, bytes(w), flops(w, rows));
                 }
                 continue;
             }
@@ -601,11 +603,10 @@ public final class Session implements AutoCloseable {
                 device.matmulExact(w, quantized, rows, outs[i]);
             }
             if (profile != null) {
-                tock(profile.operationOf(w.name()), t, w, rows);
+                tock(profile.operationOf(w.name()), t, bytes(w), flops(w, rows));
             }
         }
     }
-
 
     private static void addInPlace(float[] a, float[] b, int n) {
         for (int i = 0; i < n; i++) {
