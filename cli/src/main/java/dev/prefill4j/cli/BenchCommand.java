@@ -3,10 +3,10 @@ package dev.prefill4j.cli;
 import dev.prefill4j.api.PrefillException;
 import dev.prefill4j.engine.Engine;
 import dev.prefill4j.engine.Generation;
+import dev.prefill4j.engine.OpProfile;
 import dev.prefill4j.engine.Sampler;
 import dev.prefill4j.engine.SamplerConfig;
 import dev.prefill4j.engine.Session;
-import dev.prefill4j.engine.OpProfile;
 import dev.prefill4j.engine.SessionOptions;
 import dev.prefill4j.engine.draft.PromptLookupDrafts;
 import dev.prefill4j.engine.model.LlamaConfig;
@@ -77,11 +77,11 @@ final class BenchCommand implements Callable<Integer> {
                     + "${DEFAULT-VALUE}).")
     int depthPasses;
 
-    @Option(names = "--profile", description = "Also time every operation of the timed runs (each weight matrix by "
-            + "tensor name, attention, norms, RoPE, KV append, ...) and print, per test, the milliseconds per token each "
-            + "takes, its share of the run and, for weight matrices, the GB/s of weights it reads (tg) or the GFLOP/s it "
-            + "computes (pp). Adds about 50 ns "
-            + "per operation: nothing for a 1B model, a visible share for a tiny one.")
+    @Option(names = "--profile", description = "Also time every operation of the pp and tg tests' timed runs (each "
+            + "weight matrix by tensor name, attention, norms, RoPE, KV append, ...) and print, per test, the "
+            + "milliseconds per token each takes, its share of the run and, for weight matrices, the GB/s of weights it "
+            + "reads (tg) or the GFLOP/s it computes (pp). Adds about 50 ns per operation: nothing for a 1B model, a "
+            + "visible share for a tiny one.")
     boolean profile;
 
     @Option(names = "--json", description = "Print JSON.")
