@@ -261,25 +261,30 @@ public final class Q6KQuantizer implements Quantizer {
      * (allocations in the loop, seen in C2's code) and ran at 0.83x. The four levels in a lane's bytes belong to one
      * scale group, so their products with the activations are added first and then scaled by one FMA: ten multiplies
      * and FMAs a half where there were sixteen. JMH {@code Matmul -p format=q6_k -p rows=1 -p threads=1}, three
-     * alternating forks: 3,525-3,610 against 3,564-3,992 ops/s (2026-12-03).
+     * alternating forks: 3,525-3,610 against 3,564-3,992 ops/s (2026-12-03). Reads the super-blocks straight from
+     * {@code src}, not from a staged copy of the row (every load stays inside its super-block, so none passes the
+     * tensor): JMH as above, two alternating pairs, 2,344 and 2,490 against 3,062 and 3,449 ops/s; the output matrix
+     * ({@code token_embd.weight}, Q6_K) of the 1B Q4_0 file in {@code bench -p 16 -n 32 -r 3 -t 1 --profile}, three
+     * pairs: 6.7-8.2 against 10.5-12.6 GB/s, tg32 8.82-9.54 against 9.92-11.99 tok/s; two threads ({@code -n 64}),
+     * three pairs: 15.46-17.06 against 19.03-23.65; the Q4_K_M file with {@code -t 1}, two pairs: 5.65-5.75 against
+     * 6.94-7.47 (2026-12-03). An earlier try of the same idea (2026-12-02, two threads only) had looked mixed.
      */
     private static float dotPacked16(MemorySegment src, long offset, float[] prepared, int preparedOffset,
                                      int count) {
         int blocks = count / QK;
-        byte[] b = Blocks.stage(src, offset, blocks * BYTES);
         var f = FloatVector.SPECIES_512;
         FloatVector a0 = FloatVector.zero(f);
         FloatVector a1 = a0;
         for (int u = 0; u < 2 * blocks; u++) {
-            int o = (u >> 1) * BYTES;
+            long o = offset + (long) (u >> 1) * BYTES;
             int h = u & 1;
-            IntVector lo = ByteVector.fromArray(ByteVector.SPECIES_512, b, o + 64 * h).reinterpretAsInts();
-            IntVector hb = ((IntVector) ByteVector.fromArray(ByteVector.SPECIES_256, b, o + 128 + 32 * h)
+            IntVector lo = ByteVector.fromMemorySegment(ByteVector.SPECIES_512, src, o + 64 * h, ByteOrder.LITTLE_ENDIAN).reinterpretAsInts();
+            IntVector hb = ((IntVector) ByteVector.fromMemorySegment(ByteVector.SPECIES_256, src, o + 128 + 32 * h, ByteOrder.LITTLE_ENDIAN)
                     .reinterpretShape(IntVector.SPECIES_512, 0)).rearrange(QH_TWICE)
                     .lanewise(VectorOperators.XOR, 0xAAAAAAAA) // the top bit of every level flipped: q ^ 32
                     .lanewise(VectorOperators.LSHR, QH_SHIFTS);
-            FloatVector sh = ((FloatVector) ByteVector.fromArray(ByteVector.SPECIES_64, b, o + 192 + 8 * h)
-                    .convertShape(VectorOperators.B2F, f, 0)).mul(Blocks.fp16(b, o + 208));
+            FloatVector sh = ((FloatVector) ByteVector.fromMemorySegment(ByteVector.SPECIES_64, src, o + 192 + 8 * h, ByteOrder.LITTLE_ENDIAN)
+                    .convertShape(VectorOperators.B2F, f, 0)).mul(Blocks.fp16(src, o + 208));
             int y = preparedOffset + (u >> 1) * QK + 128 * h;
             // A lane's four levels share its group's scale: their products are added first, then scaled once.
             IntVector q01 = lo.and(0x0F0F0F0F).or(hb.and(0x03030303).lanewise(VectorOperators.LSHL, 4));
