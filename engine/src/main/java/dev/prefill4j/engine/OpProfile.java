@@ -18,9 +18,10 @@ import java.util.Map;
  *
  * <p>Every step is timed on the session's thread around a call that returns when all the device's threads are done,
  * so the times add up to the step's time (less the session's own bookkeeping). Two {@link System#nanoTime} calls a
- * step cost about 50 ns (25-26 ns a call on the Zen 5 VM the project is measured on): nothing against a 1B model's decode step (about 200 steps in tens of milliseconds), but a
- * noticeable share of a tiny model's. Matrix products also count their FLOPs (two per multiply-add: prefill is
- * compute-bound, decode bound by the weights' stream). Not thread-safe, like the session that fills it.
+ * step cost about 50 ns (25-26 ns a call on the Zen 5 VM the project is measured on): nothing against a 1B model's
+ * decode step (about 200 steps in tens of milliseconds), but a noticeable share of a tiny model's. Matrix products
+ * also count their FLOPs (two per multiply-add: prefill is compute-bound, decode bound by the weights' stream). Not
+ * thread-safe, like the session that fills it.
  *
  * @since 1.1
  */
@@ -61,7 +62,7 @@ public final class OpProfile {
         return operations.computeIfAbsent(name, OpProfile::withoutLayer);
     }
 
-    static String withoutLayer(String name) {
+    private static String withoutLayer(String name) {
         if (name.startsWith("blk.")) {
             int dot = name.indexOf('.', 4);
             if (dot > 4) {

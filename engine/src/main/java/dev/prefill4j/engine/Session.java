@@ -122,7 +122,7 @@ public final class Session implements AutoCloseable {
         tock(operation, t0, 0, 0);
     }
 
-    /** Adds the time since {@code t0} to {@code operation}, with the weight bytes it read and its FLOPs, if profiling. */
+    /** Adds the time since {@code t0} to {@code operation} with the weight bytes it read and its FLOPs, if profiling. */
     private void tock(String operation, long t0, long weightBytes, long flops) {
         if (profile != null) {
             profile.add(operation, System.nanoTime() - t0, weightBytes, flops);

@@ -131,18 +131,18 @@ public final class Q4_0Quantizer implements Quantizer {
      * Vectorized and fused, read straight from the mapping: per block the nibbles are widened to ints, converted to
      * floats, multiplied by the block's {@code d} and accumulated against the activations ({@code sum q * d * x}); the
      * {@code -8} of every weight comes once per block as {@code -8 * d * sum(x)} from the prepared sums, in a scalar
-     * running sum; four accumulators (two vectors of each nibble half), lanes added in a fixed order at the end.
-     * With 16 lanes the nibbles select their values from a table instead, a block at a time ({@link #dotByTable}); with 8 lanes a block
-     * at a time, its four products added first and multiplied by {@code d} once, into one running sum (JMH {@code
-     * Matmul -p format=q4_0 -p rows=1 -p threads=1 -jvmArgsAppend -XX:MaxVectorSize=32}, 8 lanes on the Zen 5 VM,
-     * three alternating forks: 2,726-2,771 against 2,925-2,962 ops/s for the four-sum form, 2026-12-03; not measured
-     * on an AVX2 machine); with 4, blocks in pairs. Against the earlier form (row staged into an array,
-     * {@code q - 8} per weight, each block's products summed before one multiply by {@code d}), one thread on a Zen 3
-     * VM (AVX2), 2,048-element rows, medians of 12 in-process rounds in each of two processes: 1.23x and 1.33x with
-     * rows streamed from memory, 1.22x and 1.0x with rows in L2 (the pair loop with 8 lanes: 1.10-1.12x and
-     * 0.94-1.13x). Reading the mapping directly lets the loads of the next cache lines overlap the arithmetic, where
-     * the staging copy of each row waited for all of it first. A row with an odd number of blocks has its last one
-     * summed in scalar code (pair loop only; the 8-lane loop takes every block).
+     * running sum; four accumulators (two vectors of each nibble half), lanes added in a fixed order at the end. With
+     * 16 lanes the nibbles select their values from a table instead, a block at a time ({@link #dotByTable}); with 8
+     * lanes a block at a time, its four products added first and multiplied by {@code d} once, into one running sum
+     * (JMH {@code Matmul -p format=q4_0 -p rows=1 -p threads=1 -jvmArgsAppend -XX:MaxVectorSize=32}, 8 lanes on the Zen
+     * 5 VM, three alternating forks: 2,726-2,771 against 2,925-2,962 ops/s for the four-sum form, 2026-12-03; not
+     * measured on an AVX2 machine); with 4, blocks in pairs. Against the earlier form (row staged into an array, {@code
+     * q - 8} per weight, each block's products summed before one multiply by {@code d}), one thread on a Zen 3 VM
+     * (AVX2), 2,048-element rows, medians of 12 in-process rounds in each of two processes: 1.23x and 1.33x with rows
+     * streamed from memory, 1.22x and 1.0x with rows in L2 (the pair loop with 8 lanes: 1.10-1.12x and 0.94-1.13x).
+     * Reading the mapping directly lets the loads of the next cache lines overlap the arithmetic, where the staging
+     * copy of each row waited for all of it first. A row with an odd number of blocks has its last one summed in scalar
+     * code (pair loop only; the 8-lane loop takes every block).
      */
     @Override
     public float dotPrepared(MemorySegment src, long offset, float[] x, int xOffset, float[] prepared,
@@ -228,17 +228,17 @@ public final class Q4_0Quantizer implements Quantizer {
 
     /**
      * {@link #dotPrepared} with 16 float lanes, a block an iteration: each nibble half selects its values {@code q - 8}
-     * from {@link #LEVELS} by lane permute (exact), the block's two halves are multiplied with the activations and added
-     * in one vector, and that vector is accumulated times the block's {@code d}: one FMA a block where the conversion
-     * form ({@code q} converted to float, times {@code d}, the {@code -8} from prepared sums) took two multiplies and
-     * two FMAs. Read at absolute offsets of {@code src}, one running sum. Until 2026-12-03 it took two blocks an
-     * iteration from a slice of the row, two running sums: as fast with 2,048-element rows, but slower with the FFN's
-     * 8,192-element ones, which decode read at about half the bytes per second of the others ({@code bench --profile}).
-     * A harness outside the repository (one thread, rows of the 1B file's geometry streamed from memory, Zen 5 VM): 8,192
-     * elements 7.3-7.6 GB/s with the pair loop against 9.1-10.5 with this one, 2,048 elements 12.2-13.0 against
-     * 12.4; {@code bench -m 1b-q4_0.gguf -p 16 -n 64 -r 3 --profile}, six alternating pairs: {@code ffn_down.weight}
-     * 11.5-13.1 GB/s against 12.5-14.4 (five of six pairs faster). Needs no prepared sums ({@link #preparedActivations}
-     * is 0 here).
+     * from {@link #LEVELS} by lane permute (exact), the block's two halves are multiplied with the activations and
+     * added in one vector, and that vector is accumulated times the block's {@code d}: one FMA a block where the
+     * conversion form ({@code q} converted to float, times {@code d}, the {@code -8} from prepared sums) took two
+     * multiplies and two FMAs. Read at absolute offsets of {@code src}, one running sum. Until 2026-12-03 it took two
+     * blocks an iteration from a slice of the row, two running sums: as fast with 2,048-element rows, but slower with
+     * the FFN's 8,192-element ones, which decode read at about half the bytes per second of the others ({@code bench
+     * --profile}). A harness outside the repository (one thread, rows of the 1B file's geometry streamed from memory,
+     * Zen 5 VM): 8,192 elements 7.3-7.6 GB/s with the pair loop against 9.1-10.5 with this one, 2,048 elements
+     * 12.2-13.0 against 12.4; {@code bench -m 1b-q4_0.gguf -p 16 -n 64 -r 3 --profile}, six alternating pairs: {@code
+     * ffn_down.weight} 11.5-13.1 GB/s against 12.5-14.4 (five of six pairs faster). Needs no prepared sums ({@link
+     * #preparedActivations} is 0 here).
      */
     private static float dotByTable(MemorySegment src, long offset, float[] x, int xOffset, int blocks) {
         IntVector levels = LEVELS;

@@ -278,12 +278,16 @@ public final class Q6KQuantizer implements Quantizer {
         for (int u = 0; u < 2 * blocks; u++) {
             long o = offset + (long) (u >> 1) * BYTES;
             int h = u & 1;
-            IntVector lo = ByteVector.fromMemorySegment(ByteVector.SPECIES_512, src, o + 64 * h, ByteOrder.LITTLE_ENDIAN).reinterpretAsInts();
-            IntVector hb = ((IntVector) ByteVector.fromMemorySegment(ByteVector.SPECIES_256, src, o + 128 + 32 * h, ByteOrder.LITTLE_ENDIAN)
+            IntVector lo = ByteVector
+                    .fromMemorySegment(ByteVector.SPECIES_512, src, o + 64 * h, ByteOrder.LITTLE_ENDIAN)
+                    .reinterpretAsInts();
+            IntVector hb = ((IntVector) ByteVector
+                    .fromMemorySegment(ByteVector.SPECIES_256, src, o + 128 + 32 * h, ByteOrder.LITTLE_ENDIAN)
                     .reinterpretShape(IntVector.SPECIES_512, 0)).rearrange(QH_TWICE)
                     .lanewise(VectorOperators.XOR, 0xAAAAAAAA) // the top bit of every level flipped: q ^ 32
                     .lanewise(VectorOperators.LSHR, QH_SHIFTS);
-            FloatVector sh = ((FloatVector) ByteVector.fromMemorySegment(ByteVector.SPECIES_64, src, o + 192 + 8 * h, ByteOrder.LITTLE_ENDIAN)
+            FloatVector sh = ((FloatVector) ByteVector
+                    .fromMemorySegment(ByteVector.SPECIES_64, src, o + 192 + 8 * h, ByteOrder.LITTLE_ENDIAN)
                     .convertShape(VectorOperators.B2F, f, 0)).mul(Blocks.fp16(src, o + 208));
             int y = preparedOffset + (u >> 1) * QK + 128 * h;
             // A lane's four levels share its group's scale: their products are added first, then scaled once.
