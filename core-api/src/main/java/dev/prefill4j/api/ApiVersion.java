@@ -12,8 +12,11 @@ package dev.prefill4j.api;
  */
 @Api.Stable
 public final class ApiVersion {
-    /** The contract version of this core-api build (1.1: {@code Quantizer.dotPrepared} and its two companions). */
-    public static final String CURRENT = "1.1";
+    /**
+     * The contract version of this core-api build (1.1: {@code Quantizer.dotPrepared} and its two companions; 1.2:
+     * {@code Quantizer.dotPreparedPair}).
+     */
+    public static final String CURRENT = "1.2";
 
     private ApiVersion() {
     }

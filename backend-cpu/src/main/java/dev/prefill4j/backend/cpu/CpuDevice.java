@@ -42,6 +42,8 @@ final class CpuDevice implements ComputeDevice {
     private static final int ROW_PAD = 16;
     /** Up to this many activation rows, GEMM is a fused dot product per output (decode steps). */
     private static final int DOT_MAX_ROWS = 3;
+    /** Rows at least this long go through {@link dev.prefill4j.api.spi.Quantizer#dotPreparedPair} in decode steps. */
+    private static final int PAIR_MIN_COLS = 4096;
     /**
      * Fused dot products {@link #warmUp} runs per format: past what HotSpot's tiered policy counts before it compiles a
      * method with C2 (its defaults: 5,000 invocations and 15,000 invocations plus loop back-edges,
@@ -192,6 +194,18 @@ final class CpuDevice implements ComputeDevice {
         var data = w.data();
         int pl = format.preparedActivations(k);
         float[] prepared = prepare(preparedBuffer, format, x, rows, k);
+        if (rows == 1 && k >= PAIR_MIN_COLS) {
+            // Long rows two at a time, each activation read once for both (Quantizer.dotPreparedPair).
+            eachOutput((n + 1) / 2, p -> {
+                int o = 2 * p;
+                if (o + 1 < n) {
+                    format.dotPreparedPair(data, rowBytes * o, rowBytes, x, 0, prepared, 0, k, out, o);
+                } else {
+                    out[o] = format.dotPrepared(data, rowBytes * o, x, 0, prepared, 0, k);
+                }
+            });
+            return;
+        }
         eachOutput(n, o -> {
             for (int r = 0; r < rows; r++) {
                 out[r * n + o] = format.dotPrepared(data, rowBytes * o, x, r * k, prepared, r * pl, k);

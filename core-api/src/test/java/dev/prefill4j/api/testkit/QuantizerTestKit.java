@@ -35,9 +35,11 @@ import java.util.SplittableRandom;
  *   <li>decode at unaligned offsets and into the middle of an array touches exactly its elements;</li>
  *   <li>the fused {@code dot} equals the FP64 dot of the decoded row within {@code dot * sum|w*x|}, and so does
  *       {@code dotPrepared} for a format that prepares activations ({@code preparedActivations > 0}), with the
- *       prepared data at an offset and nothing written outside it;</li>
+ *       prepared data at an offset and nothing written outside it; {@code dotPreparedPair} gives each of two rows
+ *       the bits of {@code dotPrepared};</li>
  *   <li>GEMM, float and exact accumulation, on every {@link Backend} found by {@link ServiceLoader} equals FP64 over
- *       the decoded weights within the same relative bound, for shapes with one and many activation rows;</li>
+ *       the decoded weights within the same relative bound, for shapes with one and many activation rows, and one
+ *       activation row with rows of at least 4,096 weights;</li>
  *   <li>for a format with {@link Quantizer#hasEncodedDot()}: {@code dotEncoded}, and {@code matmulEncoded} on every
  *       backend, equal the FP64 dot of the decoded weights and the decoded activations within {@link #ENCODED}
  *       {@code * sum|w*x|}, for its activation format and its per-token one (they must be on the test path, found by
@@ -249,6 +251,23 @@ public final class QuantizerTestKit {
                 check(Float.isNaN(prepared[4]) && Float.isNaN(prepared[5 + pl]), q,
                         "prepareActivations wrote outside its " + pl + " floats");
             }
+            // dotPreparedPair: each of two rows gets the bits dotPrepared gives it, and nothing else is written.
+            long rowBytes = q.byteSize(n);
+            MemorySegment two = Arena.ofAuto().allocate(2 * rowBytes);
+            q.encode(w, 0, n, two, 0);
+            q.encode(data(n, seed + 7 * blocks), 0, n, two, rowBytes);
+            float[] prepared = new float[pl + 9];
+            if (pl > 0) {
+                q.prepareActivations(x, 3, n, prepared, 5);
+            }
+            float[] pair = {Float.NaN, 0, 0, Float.NaN};
+            q.dotPreparedPair(two, 0, rowBytes, x, 3, prepared, 5, n, pair, 1);
+            for (int r = 0; r < 2; r++) {
+                float one = q.dotPrepared(two, r * rowBytes, x, 3, prepared, 5, n);
+                check(Float.floatToIntBits(pair[1 + r]) == Float.floatToIntBits(one), q, "dotPreparedPair row " + r
+                        + " over " + blocks + " blocks = " + pair[1 + r] + ", dotPrepared = " + one);
+            }
+            check(Float.isNaN(pair[0]) && Float.isNaN(pair[3]), q, "dotPreparedPair wrote outside its two outputs");
         }
     }
 
@@ -259,10 +278,13 @@ public final class QuantizerTestKit {
                 continue;
             }
             try (ComputeDevice device = backend.create(new BackendContext(2))) {
-                for (int[] shape : new int[][] {{1, 7}, {19, 33}}) {
+                // The third shape has rows of at least 4,096 elements and an odd number of them: a decode step's
+                // long rows, which the CPU backend takes two at a time (Quantizer.dotPreparedPair).
+                for (int[] shape : new int[][] {{1, 7, 0}, {19, 33, 0}, {1, 5, 1}}) {
                     int rows = shape[0];
                     int out = shape[1];
-                    int k = q.blockSize() * Math.max(2, 256 / q.blockSize());
+                    int k = shape[2] == 0 ? q.blockSize() * Math.max(2, 256 / q.blockSize())
+                            : q.blockSize() * ((4096 + q.blockSize() - 1) / q.blockSize());
                     float[] w = data(out * k, seed + rows);
                     MemorySegment enc = Arena.ofAuto().allocate(q.byteSize((long) out * k));
                     for (int o = 0; o < out; o++) {
