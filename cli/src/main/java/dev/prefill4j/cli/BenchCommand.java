@@ -121,8 +121,8 @@ final class BenchCommand implements Callable<Integer> {
                 // and the reference's state) are larger than the launcher's young generation, so they sit in the old
                 // one, which the serial collector would not compact before the end of the run: the first timed
                 // session's buffers would then take fresh pages above them. Collected here, those pages are reused.
-                // The 1B Q4_0 file's peak RSS (pp512 + tg16): 870-874 MiB without this and the launcher's -Xms16m,
-                // 857.5-860.3 with both (five runs each, 2026-12-03); either alone did not lower it.
+                // The 1B Q4_0 file's peak RSS (pp512 + tg16): 870-874 MiB without this and the launcher's -Xms16m
+                // (five runs), 857.5-862.6 with both (eight runs, 2026-12-03); either alone did not lower it.
                 System.gc();
             } else {
                 verification = "NOT VERIFIED — skipped with --verify-tokens 0";

@@ -142,8 +142,8 @@ public final class Q8_0Quantizer implements Quantizer {
         var floats = FusedDot.FLOATS;
         int l = floats.length();
         if (l < 8) {
-            out[outIndex] = dot(src, offset, x, xOffset, count);
-            out[outIndex + 1] = dot(src, offset + stride, x, xOffset, count);
+            Quantizer.super.dotPreparedPair(src, offset, stride, x, xOffset, prepared, preparedOffset, count, out,
+                    outIndex);
             return;
         }
         int blocks = count / QK;
