@@ -83,9 +83,4 @@ public final class OpProfile {
     public long totalNanos() {
         return totals.values().stream().mapToLong(t -> t[1]).sum();
     }
-
-    /** Forgets everything added so far. */
-    public void clear() {
-        totals.clear();
-    }
 }
