@@ -14,7 +14,7 @@ package dev.prefill4j.api;
 public final class ApiVersion {
     /**
      * The contract version of this core-api build (1.1: {@code Quantizer.dotPrepared} and its two companions; 1.2:
-     * {@code Quantizer.dotPreparedPair}).
+     * {@code Quantizer.dotPreparedRows}).
      */
     public static final String CURRENT = "1.2";
 

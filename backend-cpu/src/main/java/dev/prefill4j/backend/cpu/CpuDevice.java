@@ -42,8 +42,8 @@ final class CpuDevice implements ComputeDevice {
     private static final int ROW_PAD = 16;
     /** Up to this many activation rows, GEMM is a fused dot product per output (decode steps). */
     private static final int DOT_MAX_ROWS = 3;
-    /** Rows at least this long go through {@link dev.prefill4j.api.spi.Quantizer#dotPreparedPair} in decode steps. */
-    private static final int PAIR_MIN_COLS = 4096;
+    /** Rows at least this long go through {@link dev.prefill4j.api.spi.Quantizer#dotPreparedRows} in decode steps. */
+    private static final int ROWS_MIN_COLS = 4096;
     /**
      * Fused dot products {@link #warmUp} runs per format: past what HotSpot's tiered policy counts before it compiles a
      * method with C2 (its defaults: 5,000 invocations and 15,000 invocations plus loop back-edges,
@@ -194,15 +194,12 @@ final class CpuDevice implements ComputeDevice {
         var data = w.data();
         int pl = format.preparedActivations(k);
         float[] prepared = prepare(preparedBuffer, format, x, rows, k);
-        if (rows == 1 && k >= PAIR_MIN_COLS) {
-            // Long rows two at a time, each activation read once for both (Quantizer.dotPreparedPair).
-            eachOutput((n + 1) / 2, p -> {
-                int o = 2 * p;
-                if (o + 1 < n) {
-                    format.dotPreparedPair(data, rowBytes * o, rowBytes, x, 0, prepared, 0, k, out, o);
-                } else {
-                    out[o] = format.dotPrepared(data, rowBytes * o, x, 0, prepared, 0, k);
-                }
+        if (rows == 1 && k >= ROWS_MIN_COLS) {
+            // A task's long rows in one call, which a format may multiply several at a time (Quantizer.dotPreparedRows).
+            int run = outputRun(n);
+            parallelFor((n + run - 1) / run, t -> {
+                int o = t * run;
+                format.dotPreparedRows(data, rowBytes * o, rowBytes, Math.min(run, n - o), x, 0, prepared, 0, k, out, o);
             });
             return;
         }
@@ -267,9 +264,14 @@ final class CpuDevice implements ComputeDevice {
         });
     }
 
+    /** {@return how many consecutive outputs a decode-step task takes: up to 64, at least eight tasks a thread} */
+    private int outputRun(int n) {
+        return Math.max(1, Math.min(64, n / (8 * threads)));
+    }
+
     /** Runs {@code perOutput} for outputs {@code 0..n-1} on the workers, in tasks of consecutive outputs, several per thread. */
     private void eachOutput(int n, IntConsumer perOutput) {
-        int run = Math.max(1, Math.min(64, n / (8 * threads)));
+        int run = outputRun(n);
         parallelFor((n + run - 1) / run, t -> {
             for (int o = t * run, o1 = Math.min(n, (t + 1) * run); o < o1; o++) {
                 perOutput.accept(o);
@@ -398,11 +400,20 @@ final class CpuDevice implements ComputeDevice {
             int ul = uf.preparedActivations(k);
             float[] gp = prepare(preparedBuffer, gf, x, rows, k);
             float[] upr = uf == gf ? gp : prepare(upPreparedBuffer, uf, x, rows, k);
-            eachOutput(n, o -> {
-                for (int r = 0; r < rows; r++) {
-                    float g = gf.dotPrepared(gate.data(), gate.rowBytes() * o, x, r * k, gp, r * gl, k);
-                    float u = uf.dotPrepared(up.data(), up.rowBytes() * o, x, r * k, upr, r * ul, k);
-                    out[r * n + o] = VectorOps.swiglu(g, u);
+            int run = outputRun(n);
+            parallelFor((n + run - 1) / run, t -> {
+                int o0 = t * run;
+                int o1 = Math.min(n, o0 + run);
+                for (int o = o0; o < o1; o++) {
+                    for (int r = 0; r < rows; r++) {
+                        out[r * n + o] = gf.dotPrepared(gate.data(), gate.rowBytes() * o, x, r * k, gp, r * gl, k);
+                    }
+                }
+                for (int o = o0; o < o1; o++) {
+                    for (int r = 0; r < rows; r++) {
+                        float u = uf.dotPrepared(up.data(), up.rowBytes() * o, x, r * k, upr, r * ul, k);
+                        out[r * n + o] = VectorOps.swiglu(out[r * n + o], u);
+                    }
                 }
             });
             return;

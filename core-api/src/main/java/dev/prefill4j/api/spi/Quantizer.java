@@ -163,29 +163,32 @@ public interface Quantizer extends Plugin {
     }
 
     /**
-     * {@link #dotPrepared} for two weight rows, at {@code offset} and {@code offset + stride}, with the same
-     * activations: {@code out[outIndex]} and {@code out[outIndex + 1]} each get the bits {@code dotPrepared} gives
-     * that row. A format may override it to read each activation once for both rows: with long rows (a Llama FFN's
-     * down projection, 8,192 elements) the activations as floats and a row's weights together overflow a 48 KiB L1,
-     * so a one-row dot reads its activations from L2 for every row. The default makes the two calls.
+     * {@link #dotPrepared} for {@code rows} weight rows, at {@code offset}, {@code offset + stride}, ..., with the same
+     * activations: {@code out[outIndex + r]} gets the bits {@code dotPrepared} gives row {@code r}. A format may
+     * override it to multiply several rows in one loop, each activation vector loaded once for all of them: with long
+     * rows (a Llama FFN's down projection, 8,192 elements) a row's weights and the activations as floats together
+     * overflow a 48 KiB L1, so a one-row dot reads its activations from L2 again for every row. The default makes
+     * one call per row.
      *
      * @param src            the encoded data
      * @param offset         byte offset of the first row's first block
-     * @param stride         bytes from the first row to the second
+     * @param stride         bytes from one row to the next
+     * @param rows           how many rows
      * @param x              the activations
      * @param xOffset        index of the first activation
      * @param prepared       the prepared data ({@link #prepareActivations})
      * @param preparedOffset index of its first element
      * @param count          elements of each row, a multiple of {@link #blockSize()}
-     * @param out            where the two products go
+     * @param out            where the products go
      * @param outIndex       index of the first row's product
      * @since 1.2
      */
     @Api.Experimental
-    default void dotPreparedPair(MemorySegment src, long offset, long stride, float[] x, int xOffset, float[] prepared,
-                                 int preparedOffset, int count, float[] out, int outIndex) {
-        out[outIndex] = dotPrepared(src, offset, x, xOffset, prepared, preparedOffset, count);
-        out[outIndex + 1] = dotPrepared(src, offset + stride, x, xOffset, prepared, preparedOffset, count);
+    default void dotPreparedRows(MemorySegment src, long offset, long stride, int rows, float[] x, int xOffset,
+                                 float[] prepared, int preparedOffset, int count, float[] out, int outIndex) {
+        for (int r = 0; r < rows; r++) {
+            out[outIndex + r] = dotPrepared(src, offset + r * stride, x, xOffset, prepared, preparedOffset, count);
+        }
     }
 
     /**

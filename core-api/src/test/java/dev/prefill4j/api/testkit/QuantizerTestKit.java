@@ -35,7 +35,7 @@ import java.util.SplittableRandom;
  *   <li>decode at unaligned offsets and into the middle of an array touches exactly its elements;</li>
  *   <li>the fused {@code dot} equals the FP64 dot of the decoded row within {@code dot * sum|w*x|}, and so does
  *       {@code dotPrepared} for a format that prepares activations ({@code preparedActivations > 0}), with the
- *       prepared data at an offset and nothing written outside it; {@code dotPreparedPair} gives each of two rows
+ *       prepared data at an offset and nothing written outside it; {@code dotPreparedRows} gives each of seven rows
  *       the bits of {@code dotPrepared};</li>
  *   <li>GEMM, float and exact accumulation, on every {@link Backend} found by {@link ServiceLoader} equals FP64 over
  *       the decoded weights within the same relative bound, for shapes with one and many activation rows, and one
@@ -251,23 +251,29 @@ public final class QuantizerTestKit {
                 check(Float.isNaN(prepared[4]) && Float.isNaN(prepared[5 + pl]), q,
                         "prepareActivations wrote outside its " + pl + " floats");
             }
-            // dotPreparedPair: each of two rows gets the bits dotPrepared gives it, and nothing else is written.
+            // dotPreparedRows: each of seven rows (a group of four, a pair and one, for kernels that group rows) gets
+            // the bits dotPrepared gives it, and nothing else is written.
+            int rows = 7;
             long rowBytes = q.byteSize(n);
-            MemorySegment two = Arena.ofAuto().allocate(2 * rowBytes);
-            q.encode(w, 0, n, two, 0);
-            q.encode(data(n, seed + 7 * blocks), 0, n, two, rowBytes);
+            MemorySegment several = Arena.ofAuto().allocate(rows * rowBytes);
+            q.encode(w, 0, n, several, 0);
+            for (int r = 1; r < rows; r++) {
+                q.encode(data(n, seed + 7 * blocks + r), 0, n, several, r * rowBytes);
+            }
             float[] prepared = new float[pl + 9];
             if (pl > 0) {
                 q.prepareActivations(x, 3, n, prepared, 5);
             }
-            float[] pair = {Float.NaN, 0, 0, Float.NaN};
-            q.dotPreparedPair(two, 0, rowBytes, x, 3, prepared, 5, n, pair, 1);
-            for (int r = 0; r < 2; r++) {
-                float one = q.dotPrepared(two, r * rowBytes, x, 3, prepared, 5, n);
-                check(Float.floatToIntBits(pair[1 + r]) == Float.floatToIntBits(one), q, "dotPreparedPair row " + r
-                        + " over " + blocks + " blocks = " + pair[1 + r] + ", dotPrepared = " + one);
+            float[] products = new float[rows + 2];
+            Arrays.fill(products, Float.NaN);
+            q.dotPreparedRows(several, 0, rowBytes, rows, x, 3, prepared, 5, n, products, 1);
+            for (int r = 0; r < rows; r++) {
+                float one = q.dotPrepared(several, r * rowBytes, x, 3, prepared, 5, n);
+                check(Float.floatToIntBits(products[1 + r]) == Float.floatToIntBits(one), q, "dotPreparedRows row " + r
+                        + " over " + blocks + " blocks = " + products[1 + r] + ", dotPrepared = " + one);
             }
-            check(Float.isNaN(pair[0]) && Float.isNaN(pair[3]), q, "dotPreparedPair wrote outside its two outputs");
+            check(Float.isNaN(products[0]) && Float.isNaN(products[rows + 1]), q,
+                    "dotPreparedRows wrote outside its " + rows + " outputs");
         }
     }
 
@@ -278,8 +284,8 @@ public final class QuantizerTestKit {
                 continue;
             }
             try (ComputeDevice device = backend.create(new BackendContext(2))) {
-                // The third shape has rows of at least 4,096 elements and an odd number of them: a decode step's
-                // long rows, which the CPU backend takes two at a time (Quantizer.dotPreparedPair).
+                // The third shape has rows of at least 4,096 elements and five of them: a decode step's long rows,
+                // which the CPU backend hands over together (Quantizer.dotPreparedRows; a group of four and one).
                 for (int[] shape : new int[][] {{1, 7, 0}, {19, 33, 0}, {1, 5, 1}}) {
                     int rows = shape[0];
                     int out = shape[1];

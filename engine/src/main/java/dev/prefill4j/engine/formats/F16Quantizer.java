@@ -54,4 +54,11 @@ public final class F16Quantizer implements Quantizer {
     public float dot(MemorySegment src, long offset, float[] x, int xOffset, int count) {
         return FusedDot.f16(this, src, offset, x, xOffset, count);
     }
+
+    /** Four rows at a time where vectors have 16 float lanes ({@link FusedDot#f16Rows}); each row's bits as {@link #dot}'s. */
+    @Override
+    public void dotPreparedRows(MemorySegment src, long offset, long stride, int rows, float[] x, int xOffset,
+                                float[] prepared, int preparedOffset, int count, float[] out, int outIndex) {
+        FusedDot.f16Rows(this, src, offset, stride, rows, x, xOffset, count, out, outIndex);
+    }
 }

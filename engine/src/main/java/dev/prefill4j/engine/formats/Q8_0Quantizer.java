@@ -132,20 +132,34 @@ public final class Q8_0Quantizer implements Quantizer {
     }
 
     /**
-     * Both rows' blocks in one loop, each activation vector loaded once for the two; each row's products and sums in
-     * the order {@link #dot} takes them, so the same bits. With fewer than 8 lanes, the two calls.
+     * Two rows at a time ({@link #pair}), a last odd row alone; with fewer than 8 lanes, one call per row.
      */
     @Override
-    public void dotPreparedPair(MemorySegment src, long offset, long stride, float[] x, int xOffset, float[] prepared,
-                                int preparedOffset, int count, float[] out, int outIndex) {
+    public void dotPreparedRows(MemorySegment src, long offset, long stride, int rows, float[] x, int xOffset,
+                                float[] prepared, int preparedOffset, int count, float[] out, int outIndex) {
         Blocks.checkCount(count, QK, id());
-        var floats = FusedDot.FLOATS;
-        int l = floats.length();
-        if (l < 8) {
-            Quantizer.super.dotPreparedPair(src, offset, stride, x, xOffset, prepared, preparedOffset, count, out,
-                    outIndex);
+        if (FusedDot.FLOATS.length() < 8) {
+            Quantizer.super.dotPreparedRows(src, offset, stride, rows, x, xOffset, prepared, preparedOffset, count,
+                    out, outIndex);
             return;
         }
+        int r = 0;
+        for (; r + 2 <= rows; r += 2) {
+            pair(src, offset + r * stride, stride, x, xOffset, count, out, outIndex + r);
+        }
+        if (r < rows) {
+            out[outIndex + r] = dot(src, offset + r * stride, x, xOffset, count);
+        }
+    }
+
+    /**
+     * Both rows' blocks in one loop, each activation vector loaded once for the two; each row's products and sums in
+     * the order {@link #dot} takes them, so the same bits.
+     */
+    private static void pair(MemorySegment src, long offset, long stride, float[] x, int xOffset, int count,
+                             float[] out, int outIndex) {
+        var floats = FusedDot.FLOATS;
+        int l = floats.length();
         int blocks = count / QK;
         FloatVector acc0 = FloatVector.zero(floats);
         FloatVector acc1 = acc0;

@@ -173,6 +173,23 @@ class FormatsTest {
                 float expected = Float.float16ToFloat(special);
                 float got = f16.dot(row, 0, x, 0, n);
                 assertEquals(expected, got, "0x" + Integer.toHexString(special & 0xFFFF) + " at " + at);
+                // The same row as the third of five taken together (a group of four rows where vectors have 16
+                // lanes): it alone comes out infinite or NaN, the others as their own dot gives them.
+                MemorySegment five = Arena.ofAuto().allocate(5 * 2L * n);
+                for (int r = 0; r < 5; r++) {
+                    MemorySegment.copy(row, 0, five, r * 2L * n, 2L * n);
+                    if (r != 2) {
+                        five.set(halves, r * 2L * n + 2L * at, Float.floatToFloat16(r));
+                    }
+                }
+                float[] products = new float[5];
+                f16.dotPreparedRows(five, 0, 2L * n, 5, x, 0, new float[0], 0, n, products, 0);
+                for (int r = 0; r < 5; r++) {
+                    float alone = f16.dot(five, r * 2L * n, x, 0, n);
+                    assertEquals(r == 2 ? expected : 0.25f * (n - 1) + r, alone, "row " + r);
+                    assertEquals(Float.floatToRawIntBits(alone), Float.floatToRawIntBits(products[r]),
+                            "row " + r + " of five, 0x" + Integer.toHexString(special & 0xFFFF) + " at " + at);
+                }
             }
         }
         SplittableRandom rnd = new SplittableRandom(11);
@@ -255,5 +272,15 @@ class FormatsTest {
     @Test
     void q8_0PassesTheKit() {
         assertEquals(List.of(), QuantizerTestKit.verify(new Q8_0Quantizer(), new QuantizerTestKit.Tolerance(1.13 / 254, 1e-5)));
+    }
+
+    /**
+     * The plugin kit on F16, whose decode-step kernel groups rows ({@code dotPreparedRows}, checked bit for bit
+     * against the one-row dot). Round trip: float16 keeps 11 significant bits, so an element is off by at most 2^-11
+     * of its own magnitude (the kit's data are normal float16 values).
+     */
+    @Test
+    void f16PassesTheKit() {
+        assertEquals(List.of(), QuantizerTestKit.verify(new F16Quantizer(), new QuantizerTestKit.Tolerance(0x1p-11, 1e-5)));
     }
 }
