@@ -113,20 +113,6 @@ final class BenchCommand implements Callable<Integer> {
         try (Engine e = engine.openEngine(); LlamaModel model = engine.loadModel(e)) {
             LlamaConfig c = model.config();
             SessionOptions base = engine.sessionOptions(0);
-            if (verifyTokens > 0) {
-                System.err.print("verifying against the FP64 reference (" + verifyTokens + " tokens)...");
-                verification = Verification.run(e, model, base, verifyTokens).label();
-                System.err.print("\r" + " ".repeat(60) + "\r");
-                // The check's own arrays (both sides' logits for every position, 3.5 MiB each for a 128K vocabulary,
-                // and the reference's state) are larger than the launcher's young generation, so they sit in the old
-                // one, which the serial collector would not compact before the end of the run: the first timed
-                // session's buffers would then take fresh pages above them. Collected here, those pages are reused.
-                // The 1B Q4_0 file's peak RSS (pp512 + tg16): 870-874 MiB without this and the launcher's -Xms16m
-                // (five runs), 857.5-862.6 with both (eight runs, 2026-12-03); either alone did not lower it.
-                System.gc();
-            } else {
-                verification = "NOT VERIFIED — skipped with --verify-tokens 0";
-            }
             String name = model.synthetic() ? model.source() + " (synthetic)" : model.source();
             List<String> tests = new ArrayList<>();
             for (int p : prompts) {
@@ -209,7 +195,7 @@ final class BenchCommand implements Callable<Integer> {
                     row.put("operations", operations(ops, (long) n * reps, timedNanos));
                     row.put("profiled_share", (double) ops.totalNanos() / timedNanos);
                 }
-                row.put("verification", verification);
+                row.put("verification", null); // set once the timed runs are over
                 results.add(row);
             }
             if (context > 0) {
@@ -217,6 +203,21 @@ final class BenchCommand implements Callable<Integer> {
             }
             if (burst > 1) {
                 results.add(burstGeneration(e, model, base, name));
+            }
+            // Verified after the timed runs, not before: the first timed session then compiles its kernels while the
+            // model's pages are still coming in, and the check's own arrays (both sides' logits at every position, 3.5
+            // MiB each for a 128K vocabulary) do not sit under the sessions' buffers. The 1B Q4_0 file's peak RSS
+            // (pp512 + tg16 -r 2, 2026-12-03, alternating): 858.6, 860.2, 858.3 MiB verifying first (with a
+            // System.gc() after it), 856.9, 856.0, 855.9 verifying last.
+            if (verifyTokens > 0) {
+                System.err.print("verifying against the FP64 reference (" + verifyTokens + " tokens)...");
+                verification = Verification.run(e, model, base, verifyTokens).label();
+                System.err.print("\r" + " ".repeat(60) + "\r");
+            } else {
+                verification = "NOT VERIFIED — skipped with --verify-tokens 0";
+            }
+            for (Map<String, Object> row : results) {
+                row.replace("verification", verification);
             }
             // Calibrated after the timed runs, when the JIT's compiler threads no longer compete for the cores.
             System.err.print("measuring FP32 FMA peak and read bandwidth...");
