@@ -134,7 +134,7 @@ final class FusedDot {
      * 16 lanes only. Why: with 8,192-element rows, one row's weights and its 32 KiB of activations overflow a 48 KiB
      * L1, and the activations come from L2 for every row; one thread on the Zen 5 VM, 512 MiB of such rows streamed
      * in-process, one-row dot 6.4-9.1 GB/s against 12.4-15.7 for four rows; the one-row dot over the same rows
-     * with the activations folded into 8 KiB ran at 17-25 GB/s.
+     * with the activations folded into 8 KiB ran at 17-26 GB/s.
      */
     private static void f16Quad(Quantizer f16, MemorySegment src, long offset, long stride, float[] x, int xOffset,
                                 int count, float[] out, int outIndex) {
