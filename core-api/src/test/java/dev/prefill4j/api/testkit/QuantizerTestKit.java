@@ -35,7 +35,7 @@ import java.util.SplittableRandom;
  *   <li>decode at unaligned offsets and into the middle of an array touches exactly its elements;</li>
  *   <li>the fused {@code dot} equals the FP64 dot of the decoded row within {@code dot * sum|w*x|}, and so does
  *       {@code dotPrepared} for a format that prepares activations ({@code preparedActivations > 0}), with the
- *       prepared data at an offset and nothing written outside it; {@code dotPreparedRows} gives each of seven rows
+ *       prepared data at an offset and nothing written outside it; {@code dotPreparedRows} gives each of eleven rows
  *       the bits of {@code dotPrepared};</li>
  *   <li>GEMM, float and exact accumulation, on every {@link Backend} found by {@link ServiceLoader} equals FP64 over
  *       the decoded weights within the same relative bound, for shapes with one and many activation rows, and one
@@ -251,9 +251,9 @@ public final class QuantizerTestKit {
                 check(Float.isNaN(prepared[4]) && Float.isNaN(prepared[5 + pl]), q,
                         "prepareActivations wrote outside its " + pl + " floats");
             }
-            // dotPreparedRows: each of seven rows (a group of four, a pair and one, for kernels that group rows) gets
-            // the bits dotPrepared gives it, and nothing else is written.
-            int rows = 7;
+            // dotPreparedRows: each of eleven rows gets the bits dotPrepared gives it, and nothing else is written
+            // (kernels that group rows: two groups of four, whether consecutive or interleaved, then a pair and one).
+            int rows = 11;
             long rowBytes = q.byteSize(n);
             MemorySegment several = Arena.ofAuto().allocate(rows * rowBytes);
             q.encode(w, 0, n, several, 0);
