@@ -284,9 +284,10 @@ public final class QuantizerTestKit {
                 continue;
             }
             try (ComputeDevice device = backend.create(new BackendContext(2))) {
-                // The third shape has rows of at least 4,096 elements and five of them: a decode step's long rows,
-                // which the CPU backend hands over together (Quantizer.dotPreparedRows; a group of four and one).
-                for (int[] shape : new int[][] {{1, 7, 0}, {19, 33, 0}, {1, 5, 1}}) {
+                // The third shape has 131 rows of at least 4,096 elements: a decode step's long rows, which the CPU
+                // backend hands over a task's run at a time (Quantizer.dotPreparedRows; with two threads, runs of 8
+                // rows and a last one of 3, so grouping kernels take groups and leftovers).
+                for (int[] shape : new int[][] {{1, 7, 0}, {19, 33, 0}, {1, 131, 1}}) {
                     int rows = shape[0];
                     int out = shape[1];
                     int k = shape[2] == 0 ? q.blockSize() * Math.max(2, 256 / q.blockSize())
