@@ -1,0 +1,90 @@
+package dev.prefill4j.tests;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+import static org.junit.jupiter.api.Assumptions.assumeTrue;
+
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.util.Arrays;
+import java.util.List;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.io.TempDir;
+
+/**
+ * {@code benchmarks/vs-llama} against a stand-in for llama-bench that reports fixed speeds (50 tok/s for prompts,
+ * 20 for decode, in llama-bench's JSON): each run's ratio is prefill4j's own figure over the stand-in's for the same
+ * test, the summary's ratio is the median of the rounds', and prefill4j's bench ran (verified) on a real file.
+ */
+class VsLlamaScriptTest {
+    private static final Path SCRIPT = Path.of("../benchmarks/vs-llama");
+
+    @TempDir
+    Path dir;
+
+    private static boolean runs(String... cmd) {
+        try {
+            return new ProcessBuilder(cmd).redirectErrorStream(true).start().waitFor() == 0;
+        } catch (Exception e) {
+            return false;
+        }
+    }
+
+    private Path standIn() throws Exception {
+        Path stub = dir.resolve("llama-bench");
+        Files.writeString(stub, """
+                #!/usr/bin/env bash
+                p=0; n=0
+                while [ $# -gt 0 ]; do case "$1" in -p) p=$2; shift 2 ;; -n) n=$2; shift 2 ;; *) shift ;; esac; done
+                echo "[{\\"n_prompt\\": $p, \\"n_gen\\": 0, \\"avg_ts\\": 50.0},"
+                echo " {\\"n_prompt\\": 0, \\"n_gen\\": $n, \\"avg_ts\\": 20.0}]"
+                """);
+        assertTrue(stub.toFile().setExecutable(true));
+        return stub;
+    }
+
+    private static String jq(Path json, String filter) throws Exception {
+        Cli.Result r = Cli.exec(List.of("jq", "-r", filter, json.toString()));
+        assertEquals(0, r.exit(), r.toString());
+        return r.out().strip();
+    }
+
+    @Test
+    void ratiosAreOursOverTheirsAndTheSummaryTakesTheMedian() throws Exception {
+        assumeTrue(runs("jq", "--version"), "jq is not installed; benchmarks/vs-llama needs it");
+        Cli.cliJar();
+        Path model = Models.require("tiny-256-F32.gguf");
+        Path json = dir.resolve("runs.json");
+        Cli.Result r = Cli.exec(List.of("bash", SCRIPT.toString(), "--llama-bench", standIn().toString(), "-p", "8",
+                "-n", "4", "-t", "1", "-r", "1", "-R", "2", "--json", json.toString(), model.toString()));
+        assertEquals(0, r.exit(), r.toString());
+        String[] runs = jq(json, ".runs[] | [.round, .test, .llama_cpp, .prefill4j, .ratio] | @tsv").split("\n");
+        assertEquals(4, runs.length, r.toString()); // 2 rounds x (pp8, tg4)
+        double[] ppRatios = new double[2];
+        for (String line : runs) {
+            String[] f = line.split("\t");
+            double theirs = Double.parseDouble(f[2]);
+            double ours = Double.parseDouble(f[3]);
+            assertEquals(f[1].equals("pp8") ? 50.0 : 20.0, theirs, 0.0, line);
+            assertTrue(f[1].equals("pp8") || f[1].equals("tg4"), line);
+            assertTrue(ours > 0, line);
+            assertEquals(ours / theirs, Double.parseDouble(f[4]), 1e-12 * ours / theirs, line);
+            if (f[1].equals("pp8")) {
+                ppRatios[Integer.parseInt(f[0]) - 1] = ours / theirs;
+            }
+        }
+        double median = Arrays.stream(ppRatios).sum() / 2; // the median of two
+        assertEquals(median, Double.parseDouble(jq(json, ".summary[] | select(.test == \"pp8\") | .ratio_median")),
+                1e-12 * median);
+        assertTrue(r.out().contains("tiny-256-F32.gguf: VERIFIED"), r.out());
+        assertTrue(r.out().contains(String.format("%.2f", median)), r.out());
+    }
+
+    @Test
+    void withoutLlamaBenchItSaysWhatIsMissing() throws Exception {
+        assumeTrue(runs("jq", "--version"), "jq is not installed; benchmarks/vs-llama needs it");
+        Cli.Result r = Cli.exec(List.of("bash", SCRIPT.toString(), "model.gguf"));
+        assertEquals(2, r.exit(), r.toString());
+        assertEquals("vs-llama: error: --llama-bench PATH is required (see --help)", r.err().strip());
+    }
+}
