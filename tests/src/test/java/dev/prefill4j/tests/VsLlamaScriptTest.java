@@ -36,8 +36,9 @@ class VsLlamaScriptTest {
                 #!/usr/bin/env bash
                 p=0; n=0
                 while [ $# -gt 0 ]; do case "$1" in -p) p=$2; shift 2 ;; -n) n=$2; shift 2 ;; *) shift ;; esac; done
-                echo "[{\\"n_prompt\\": $p, \\"n_gen\\": 0, \\"avg_ts\\": 50.0},"
-                echo " {\\"n_prompt\\": 0, \\"n_gen\\": $n, \\"avg_ts\\": 20.0}]"
+                echo "["
+                for one in ${p//,/ }; do echo "{\\"n_prompt\\": $one, \\"n_gen\\": 0, \\"avg_ts\\": 50.0},"; done
+                echo "{\\"n_prompt\\": 0, \\"n_gen\\": $n, \\"avg_ts\\": 20.0}]"
                 """);
         assertTrue(stub.toFile().setExecutable(true));
         return stub;
@@ -55,18 +56,18 @@ class VsLlamaScriptTest {
         Cli.cliJar();
         Path model = Models.require("tiny-256-F32.gguf");
         Path json = dir.resolve("runs.json");
-        Cli.Result r = Cli.exec(List.of("bash", SCRIPT.toString(), "--llama-bench", standIn().toString(), "-p", "8",
+        Cli.Result r = Cli.exec(List.of("bash", SCRIPT.toString(), "--llama-bench", standIn().toString(), "-p", "8,16",
                 "-n", "4", "-t", "1", "-r", "1", "-R", "2", "--json", json.toString(), model.toString()));
         assertEquals(0, r.exit(), r.toString());
         String[] runs = jq(json, ".runs[] | [.round, .test, .llama_cpp, .prefill4j, .ratio] | @tsv").split("\n");
-        assertEquals(4, runs.length, r.toString()); // 2 rounds x (pp8, tg4)
+        assertEquals(6, runs.length, r.toString()); // 2 rounds x (pp8, pp16, tg4)
         double[] ppRatios = new double[2];
         for (String line : runs) {
             String[] f = line.split("\t");
             double theirs = Double.parseDouble(f[2]);
             double ours = Double.parseDouble(f[3]);
-            assertEquals(f[1].equals("pp8") ? 50.0 : 20.0, theirs, 0.0, line);
-            assertTrue(f[1].equals("pp8") || f[1].equals("tg4"), line);
+            assertEquals(f[1].startsWith("pp") ? 50.0 : 20.0, theirs, 0.0, line);
+            assertTrue(f[1].equals("pp8") || f[1].equals("pp16") || f[1].equals("tg4"), line);
             assertTrue(ours > 0, line);
             assertEquals(ours / theirs, Double.parseDouble(f[4]), 1e-12 * ours / theirs, line);
             if (f[1].equals("pp8")) {
