@@ -22,7 +22,7 @@ class VsLlamaScriptTest {
     @TempDir
     Path dir;
 
-    private static boolean runs(String... cmd) {
+    private static boolean available(String... cmd) {
         try {
             return new ProcessBuilder(cmd).redirectErrorStream(true).start().waitFor() == 0;
         } catch (Exception e) {
@@ -52,7 +52,7 @@ class VsLlamaScriptTest {
 
     @Test
     void ratiosAreOursOverTheirsAndTheSummaryTakesTheMedian() throws Exception {
-        assumeTrue(runs("jq", "--version"), "jq is not installed; benchmarks/vs-llama needs it");
+        assumeTrue(available("jq", "--version"), "jq is not installed; benchmarks/vs-llama needs it");
         Cli.cliJar();
         Path model = Models.require("tiny-256-F32.gguf");
         Path json = dir.resolve("runs.json");
@@ -78,12 +78,12 @@ class VsLlamaScriptTest {
         assertEquals(median, Double.parseDouble(jq(json, ".summary[] | select(.test == \"pp8\") | .ratio_median")),
                 1e-12 * median);
         assertTrue(r.out().contains("tiny-256-F32.gguf: VERIFIED"), r.out());
-        assertTrue(r.out().contains(String.format("%.2f", median)), r.out());
+        assertTrue(r.out().contains(String.format(java.util.Locale.ROOT, "%.2f", median)), r.out());
     }
 
     @Test
     void withoutLlamaBenchItSaysWhatIsMissing() throws Exception {
-        assumeTrue(runs("jq", "--version"), "jq is not installed; benchmarks/vs-llama needs it");
+        assumeTrue(available("jq", "--version"), "jq is not installed; benchmarks/vs-llama needs it");
         Cli.Result r = Cli.exec(List.of("bash", SCRIPT.toString(), "model.gguf"));
         assertEquals(2, r.exit(), r.toString());
         assertEquals("vs-llama: error: --llama-bench PATH is required (see --help)", r.err().strip());
