@@ -180,6 +180,7 @@ final class FusedDot {
             largestB = largestB.max(u.and(F16_MAGNITUDE));
             largestC = largestC.max(v.and(F16_MAGNITUDE));
             largestD = largestD.max(w.and(F16_MAGNITUDE));
+            // The four rows' rotations are written out: vectors kept in an array or passed to a helper are boxed.
             FloatVector next = f16Value(t).fma(xv, a0);
             a0 = a1;
             a1 = a2;
