@@ -86,7 +86,10 @@ final class Json {
                 case '\r' -> sb.append("\\r");
                 case '\t' -> sb.append("\\t");
                 default -> {
-                    if (c < 0x20) {
+                    // Outside printable ASCII escaped too: System.out encodes text in the locale's charset, and in
+                    // a C or POSIX locale that is ASCII, which wrote "max |?logit|" for "max |\u0394logit|". Escaped,
+                    // the document is the same in every locale.
+                    if (c < 0x20 || c > 0x7E) {
                         sb.append(String.format("\\u%04x", (int) c));
                     } else {
                         sb.append(c);

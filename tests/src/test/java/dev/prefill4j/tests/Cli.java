@@ -34,12 +34,17 @@ final class Cli {
 
     /** {@code java --module-path cli.jar:modules --add-modules ALL-MODULE-PATH -m dev.prefill4j.cli ...}. */
     static Result run(String... args) throws IOException, InterruptedException {
+        return run(java.util.Map.of(), args);
+    }
+
+    /** {@link #run(String...)} with {@code env} added to the environment (e.g. a locale). */
+    static Result run(java.util.Map<String, String> env, String... args) throws IOException, InterruptedException {
         List<String> cmd = new ArrayList<>(List.of(Path.of(System.getProperty("java.home"), "bin", "java").toString(),
                 "--enable-native-access=dev.prefill4j.kvstore.ssd", // as the launcher: huge pages under KV reads
                 "--module-path", cliJar() + java.io.File.pathSeparator + modules(),
                 "--add-modules", "ALL-MODULE-PATH", "-m", "dev.prefill4j.cli/dev.prefill4j.cli.Main"));
         cmd.addAll(List.of(args));
-        return exec(cmd);
+        return exec(cmd, env);
     }
 
     /** Runs {@code image/bin/java -m dev.prefill4j.cli ...}. */
@@ -51,10 +56,16 @@ final class Cli {
     }
 
     static Result exec(List<String> cmd) throws IOException, InterruptedException {
+        return exec(cmd, java.util.Map.of());
+    }
+
+    static Result exec(List<String> cmd, java.util.Map<String, String> env) throws IOException, InterruptedException {
         Path out = Files.createTempFile("prefill4j", ".out");
         Path err = Files.createTempFile("prefill4j", ".err");
         try {
-            Process p = new ProcessBuilder(cmd).redirectOutput(out.toFile()).redirectError(err.toFile()).start();
+            ProcessBuilder pb = new ProcessBuilder(cmd).redirectOutput(out.toFile()).redirectError(err.toFile());
+            pb.environment().putAll(env);
+            Process p = pb.start();
             if (!p.waitFor(300, TimeUnit.SECONDS)) {
                 p.destroyForcibly();
                 throw new AssertionError("timed out: " + cmd);

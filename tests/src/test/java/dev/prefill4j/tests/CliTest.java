@@ -250,12 +250,19 @@ class CliTest {
         }
     }
 
+    /**
+     * {@code bench --json} in the C locale, where Java writes text as ASCII: the document is ASCII with the label's
+     * {@code Δ} escaped ({@code \u0394}), so a JSON reader gets the label as written.
+     */
     @Test
     void benchReportsThroughputAsJson() throws Exception {
-        Cli.Result r = Cli.run("bench", "--synthetic", "tiny", "--type", "f32", "-p", "16", "-n", "4", "-r", "1", "--json");
+        Cli.Result r = Cli.run(java.util.Map.of("LC_ALL", "C"),
+                "bench", "--synthetic", "tiny", "--type", "f32", "-p", "16", "-n", "4", "-r", "1", "--json");
         assertEquals(0, r.exit(), r.toString());
         assertTrue(r.out().contains("\"test\": \"pp16\"") && r.out().contains("\"test\": \"tg4\""), r.out());
-        assertTrue(r.out().contains("\"verification\": \"VERIFIED against the FP64 reference"), r.out());
+        assertTrue(r.out().contains("\"verification\": \"VERIFIED against the FP64 reference: max |\\u0394logit| "),
+                r.out());
+        assertTrue(r.out().chars().allMatch(ch -> ch < 0x80), r.out());
         assertTrue(r.out().contains("\"fp32_fma_peak_gflops\"") && r.out().contains("\"percent_of_fma_peak\"") && r.out().contains("\"peak_resident_bytes\""), r.out());
         // The machine's peak is the highest FMA measurement of the run: the calibration after the runs and the one
         // before each timed run (one run each of pp16 and tg4 here: three measurements).
