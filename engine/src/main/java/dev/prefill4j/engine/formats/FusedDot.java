@@ -202,31 +202,50 @@ final class FusedDot {
             d2 = d3;
             d3 = next;
         }
-        out[outIndex] = finish(f16, largestA, a0.add(a1).add(a2.add(a3)), src, offset, x, xOffset, i, count);
-        out[outIndex + outStride] = finish(f16, largestB, b0.add(b1).add(b2.add(b3)), src, offset + stride, x, xOffset, i, count);
-        out[outIndex + 2 * outStride] = finish(f16, largestC, c0.add(c1).add(c2.add(c3)), src, offset + 2 * stride, x, xOffset, i,
-                count);
-        out[outIndex + 3 * outStride] = finish(f16, largestD, d0.add(d1).add(d2.add(d3)), src, offset + 3 * stride, x, xOffset, i,
-                count);
+        // Each row's lane tree and largest magnitude taken here, and only scalars passed to finish: C2 had inlined
+        // the loop's vector calls past its node-count cutoff for inlining, left finish (which took the vectors) out
+        // of line at all four calls and boxed two vectors a row (-XX:+PrintInlining: NodeCountInliningCutoff).
+        FloatVector sa = a0.add(a1).add(a2.add(a3));
+        FloatVector sb = b0.add(b1).add(b2.add(b3));
+        FloatVector sc = c0.add(c1).add(c2.add(c3));
+        FloatVector sd = d0.add(d1).add(d2.add(d3));
+        sa = sa.add(sa.rearrange(X8));
+        sb = sb.add(sb.rearrange(X8));
+        sc = sc.add(sc.rearrange(X8));
+        sd = sd.add(sd.rearrange(X8));
+        sa = sa.add(sa.rearrange(X4));
+        sb = sb.add(sb.rearrange(X4));
+        sc = sc.add(sc.rearrange(X4));
+        sd = sd.add(sd.rearrange(X4));
+        sa = sa.add(sa.rearrange(X2));
+        sb = sb.add(sb.rearrange(X2));
+        sc = sc.add(sc.rearrange(X2));
+        sd = sd.add(sd.rearrange(X2));
+        out[outIndex] = finish(f16, largestA.reduceLanes(VectorOperators.MAX), sa.add(sa.rearrange(X1)).lane(0), src,
+                offset, x, xOffset, i, count);
+        out[outIndex + outStride] = finish(f16, largestB.reduceLanes(VectorOperators.MAX),
+                sb.add(sb.rearrange(X1)).lane(0), src, offset + stride, x, xOffset, i, count);
+        out[outIndex + 2 * outStride] = finish(f16, largestC.reduceLanes(VectorOperators.MAX),
+                sc.add(sc.rearrange(X1)).lane(0), src, offset + 2 * stride, x, xOffset, i, count);
+        out[outIndex + 3 * outStride] = finish(f16, largestD.reduceLanes(VectorOperators.MAX),
+                sd.add(sd.rearrange(X1)).lane(0), src, offset + 3 * stride, x, xOffset, i, count);
     }
 
     /**
-     * The end of {@link #f16} for one of {@link #f16Quad}'s rows: the scalar tail from {@code i}, the row redone by
-     * {@link #byDecoding} if it holds an infinity or NaN, else the 16-lane tree of its added sums plus the tail.
+     * The end of {@link #f16} for one of {@link #f16Quad}'s rows, from its largest magnitude bits and the lane tree of
+     * its added sums: the scalar tail from {@code i}, or the row redone by {@link #byDecoding} if it holds an infinity
+     * or NaN.
      */
-    private static float finish(Quantizer f16, IntVector largest, FloatVector v, MemorySegment src, long offset,
+    private static float finish(Quantizer f16, int largest, float vectorSum, MemorySegment src, long offset,
                                 float[] x, int xOffset, int i, int count) {
         float tail = 0;
         for (; i < count; i++) {
             tail = Math.fma(Float.float16ToFloat(src.get(Blocks.I16, offset + 2L * i)), x[xOffset + i], tail);
         }
-        if (largest.reduceLanes(VectorOperators.MAX) >= 0x0F800000) {
+        if (largest >= 0x0F800000) {
             return byDecoding(f16, src, offset, x, xOffset, count);
         }
-        v = v.add(v.rearrange(X8));
-        v = v.add(v.rearrange(X4));
-        v = v.add(v.rearrange(X2));
-        return v.add(v.rearrange(X1)).lane(0) + tail;
+        return vectorSum + tail;
     }
 
     /** A vector of float16 bits at {@code o}, sign-extended to int lanes and shifted into a float's places. */
@@ -262,10 +281,11 @@ final class FusedDot {
     }
 
     private static final int L = FLOATS.length();
-    private static final VectorShuffle<Float> X8 = L > 8 ? VectorShuffle.fromOp(FLOATS, i -> i ^ 8) : null;
-    private static final VectorShuffle<Float> X4 = L > 4 ? VectorShuffle.fromOp(FLOATS, i -> i ^ 4) : null;
-    private static final VectorShuffle<Float> X2 = VectorShuffle.fromOp(FLOATS, i -> i ^ 2);
-    private static final VectorShuffle<Float> X1 = VectorShuffle.fromOp(FLOATS, i -> i ^ 1);
+    /** {@link #sum}'s steps: lane {@code i} meets lane {@code i ^ 8}, {@code i ^ 4}, ... (for trees written out). */
+    static final VectorShuffle<Float> X8 = L > 8 ? VectorShuffle.fromOp(FLOATS, i -> i ^ 8) : null;
+    static final VectorShuffle<Float> X4 = L > 4 ? VectorShuffle.fromOp(FLOATS, i -> i ^ 4) : null;
+    static final VectorShuffle<Float> X2 = VectorShuffle.fromOp(FLOATS, i -> i ^ 2);
+    static final VectorShuffle<Float> X1 = VectorShuffle.fromOp(FLOATS, i -> i ^ 1);
 
     /**
      * {@return the sum of the lanes of {@code v}} in a fixed order that is the same in compiled and interpreted code:

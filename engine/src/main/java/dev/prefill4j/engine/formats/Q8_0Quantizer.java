@@ -200,10 +200,24 @@ public final class Q8_0Quantizer implements Quantizer {
             acc2 = b2.fma(FloatVector.broadcast(floats, Blocks.fp16(src, o0 + 2 * stride)), acc2);
             acc3 = b3.fma(FloatVector.broadcast(floats, Blocks.fp16(src, o0 + 3 * stride)), acc3);
         }
-        out[outIndex] = FusedDot.sum(acc0);
-        out[outIndex + outStride] = FusedDot.sum(acc1);
-        out[outIndex + 2 * outStride] = FusedDot.sum(acc2);
-        out[outIndex + 3 * outStride] = FusedDot.sum(acc3);
+        // FusedDot.sum's tree written out for the four rows (16 lanes here): called, C2 left some of the calls out of
+        // line past its node-count cutoff for inlining and boxed their vectors (-XX:+PrintInlining).
+        acc0 = acc0.add(acc0.rearrange(FusedDot.X8));
+        acc1 = acc1.add(acc1.rearrange(FusedDot.X8));
+        acc2 = acc2.add(acc2.rearrange(FusedDot.X8));
+        acc3 = acc3.add(acc3.rearrange(FusedDot.X8));
+        acc0 = acc0.add(acc0.rearrange(FusedDot.X4));
+        acc1 = acc1.add(acc1.rearrange(FusedDot.X4));
+        acc2 = acc2.add(acc2.rearrange(FusedDot.X4));
+        acc3 = acc3.add(acc3.rearrange(FusedDot.X4));
+        acc0 = acc0.add(acc0.rearrange(FusedDot.X2));
+        acc1 = acc1.add(acc1.rearrange(FusedDot.X2));
+        acc2 = acc2.add(acc2.rearrange(FusedDot.X2));
+        acc3 = acc3.add(acc3.rearrange(FusedDot.X2));
+        out[outIndex] = acc0.add(acc0.rearrange(FusedDot.X1)).lane(0);
+        out[outIndex + outStride] = acc1.add(acc1.rearrange(FusedDot.X1)).lane(0);
+        out[outIndex + 2 * outStride] = acc2.add(acc2.rearrange(FusedDot.X1)).lane(0);
+        out[outIndex + 3 * outStride] = acc3.add(acc3.rearrange(FusedDot.X1)).lane(0);
     }
 
     /**
@@ -232,8 +246,17 @@ public final class Q8_0Quantizer implements Quantizer {
             acc0 = b0.fma(FloatVector.broadcast(floats, Blocks.fp16(src, o0)), acc0);
             acc1 = b1.fma(FloatVector.broadcast(floats, Blocks.fp16(src, o1)), acc1);
         }
-        out[outIndex] = FusedDot.sum(acc0);
-        out[outIndex + 1] = FusedDot.sum(acc1);
+        // FusedDot.sum's tree written out for both rows (8 or 16 lanes here), as in quad.
+        if (l > 8) {
+            acc0 = acc0.add(acc0.rearrange(FusedDot.X8));
+            acc1 = acc1.add(acc1.rearrange(FusedDot.X8));
+        }
+        acc0 = acc0.add(acc0.rearrange(FusedDot.X4));
+        acc1 = acc1.add(acc1.rearrange(FusedDot.X4));
+        acc0 = acc0.add(acc0.rearrange(FusedDot.X2));
+        acc1 = acc1.add(acc1.rearrange(FusedDot.X2));
+        out[outIndex] = acc0.add(acc0.rearrange(FusedDot.X1)).lane(0);
+        out[outIndex + 1] = acc1.add(acc1.rearrange(FusedDot.X1)).lane(0);
     }
 
     /** Int8 quants at {@code at} as float lanes (widened to ints first: faster than the byte-to-float conversion). */

@@ -75,6 +75,9 @@ final class Ternary {
         FloatVector acc = FloatVector.zero(FLOATS);
         for (int k = 0; k < blocks; k++) {
             int o = k * blockBytes;
+            // The scale read first: read after the vector loops, the call came past C2's node-count cutoff for
+            // inlining, stayed out of line and had the live vectors spilled around it every block.
+            float d = Blocks.fp16(staged, o + scaleAt);
             q.unpack(staged, o, trits);
             int base = xOffset + k * QK;
             FloatVector s0 = FloatVector.zero(FLOATS);
@@ -90,9 +93,18 @@ final class Ternary {
                     s3 = signs(trits, e + 96).fma(FloatVector.fromArray(FLOATS, x, base + e + 96), s3);
                 }
             }
-            acc = s0.add(s1).add(s2.add(s3)).fma(FloatVector.broadcast(FLOATS, Blocks.fp16(staged, o + scaleAt)), acc);
+            acc = s0.add(s1).add(s2.add(s3)).fma(FloatVector.broadcast(FLOATS, d), acc);
         }
-        return sum(acc);
+        // sum's tree written out: called here, C2 left it out of line past its node-count cutoff for inlining and
+        // boxed the vector every row (-XX:+PrintInlining: NodeCountInliningCutoff).
+        if (X8 != null) {
+            acc = acc.add(acc.rearrange(X8));
+        }
+        if (X4 != null) {
+            acc = acc.add(acc.rearrange(X4));
+        }
+        acc = acc.add(acc.rearrange(X2));
+        return acc.add(acc.rearrange(X1)).lane(0);
     }
 
     /** {@return unpacked trits {@code trits[e..]} (0, 1, 2) as -1, 0, +1 float lanes, by the lane permute} */

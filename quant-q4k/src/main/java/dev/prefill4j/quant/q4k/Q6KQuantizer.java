@@ -51,20 +51,21 @@ public final class Q6KQuantizer implements Quantizer {
                     IntVector lo = KQuants.widen(b, ql + l);
                     IntVector lo2 = KQuants.widen(b, ql + l + 32);
                     IntVector hb = KQuants.widen(b, qh + l);
-                    store(lo.and(0x0F).or(hb.and(0x03).lanewise(VectorOperators.LSHL, 4)), d * b[is], dst, y + l);
-                    store(lo2.and(0x0F).or(hb.and(0x0C).lanewise(VectorOperators.LSHL, 2)), d * b[is + 2], dst,
-                            y + l + 32);
-                    store(lo.lanewise(VectorOperators.LSHR, 4).or(hb.and(0x30)), d * b[is + 4], dst, y + l + 64);
-                    store(lo2.lanewise(VectorOperators.LSHR, 4).or(hb.lanewise(VectorOperators.LSHR, 2).and(0x30)),
-                            d * b[is + 6], dst, y + l + 96);
+                    // Levels 0..63, each stored as (q - 32) * scale. Written out: through a helper taking the
+                    // vector, C2 left the last call out of line past its node-count cutoff for inlining and boxed
+                    // the vector every iteration (-XX:+PrintInlining: NodeCountInliningCutoff).
+                    ((FloatVector) lo.and(0x0F).or(hb.and(0x03).lanewise(VectorOperators.LSHL, 4)).sub(32)
+                            .convert(VectorOperators.I2F, 0)).mul(d * b[is]).intoArray(dst, y + l);
+                    ((FloatVector) lo2.and(0x0F).or(hb.and(0x0C).lanewise(VectorOperators.LSHL, 2)).sub(32)
+                            .convert(VectorOperators.I2F, 0)).mul(d * b[is + 2]).intoArray(dst, y + l + 32);
+                    ((FloatVector) lo.lanewise(VectorOperators.LSHR, 4).or(hb.and(0x30)).sub(32)
+                            .convert(VectorOperators.I2F, 0)).mul(d * b[is + 4]).intoArray(dst, y + l + 64);
+                    ((FloatVector) lo2.lanewise(VectorOperators.LSHR, 4).or(hb.lanewise(VectorOperators.LSHR, 2)
+                            .and(0x30)).sub(32).convert(VectorOperators.I2F, 0)).mul(d * b[is + 6])
+                            .intoArray(dst, y + l + 96);
                 }
             }
         }
-    }
-
-    /** Levels 0..63 in {@code q}: {@code (q - 32) * scale} as floats at {@code dst[at..]}. */
-    private static void store(IntVector q, float scale, float[] dst, int at) {
-        ((FloatVector) q.sub(32).convert(VectorOperators.I2F, 0)).mul(scale).intoArray(dst, at);
     }
 
     /**

@@ -1,0 +1,65 @@
+package dev.prefill4j.tests;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import dev.prefill4j.engine.registry.PluginRegistry;
+import java.lang.reflect.Method;
+import java.nio.file.Path;
+import java.util.ArrayList;
+import java.util.Arrays;
+import java.util.List;
+import java.util.regex.Matcher;
+import java.util.regex.Pattern;
+import jdk.incubator.vector.Vector;
+import org.junit.jupiter.api.Test;
+
+/**
+ * No kernel passes a vector to, or takes one from, a call that C2 leaves out of line.
+ *
+ * <p>C2 stops inlining ordinary methods once a compilation has created {@code NodeCountInliningCutoff} (18,000) IR
+ * nodes, and the Vector API's operations, always inlined, create many. A helper that takes or returns a vector and
+ * is refused there gets its vector boxed (an object and a payload array) at every call: the F16 four-row dot did so
+ * twice a row, the Q8_0 dots once a row and the Q6_K decoder every 16 weights, and the 1B F16 file's decode made
+ * 5,727 young collections in a tg64 run where it now makes 2,052. This runs every registered format's kernels
+ * ({@link KernelWorkout}) in a child JVM with {@code -XX:+PrintInlining} and fails on any call that C2 refused for
+ * that reason if the method called has a vector parameter or result. Calls with scalar arguments only may stay out
+ * of line (they cost a call, not an allocation).
+ */
+class KernelInliningTest {
+    /** {@code @ 370   dev.prefill4j.engine.formats.FusedDot::sum (102 bytes)   failed to inline: NodeCountInliningCutoff}. */
+    private static final Pattern REFUSED = Pattern.compile(
+            "@ \\d+\\s+([\\w.$]+)::([\\w$<>]+) \\(\\d+ bytes\\)\\s+failed to inline: NodeCountInliningCutoff");
+
+    @Test
+    void noVectorCallIsLeftOutOfLineByTheNodeCountCutoff() throws Exception {
+        List<String> formats = PluginRegistry.builder().properties(java.util.Map.of()).build().quantizers().keySet()
+                .stream().sorted().toList();
+        assertTrue(formats.containsAll(List.of("f16", "q8_0", "q4_0", "q4_k", "q6_k", "tq1_0", "tq2_0")), formats.toString());
+        String classPath = System.getProperty("surefire.test.class.path", System.getProperty("java.class.path"));
+        List<String> cmd = new ArrayList<>(List.of(Path.of(System.getProperty("java.home"), "bin", "java").toString(),
+                "--add-modules", "jdk.incubator.vector", "-XX:+UnlockDiagnosticVMOptions", "-XX:+PrintInlining",
+                "-cp", classPath, KernelWorkout.class.getName(), "3000"));
+        cmd.addAll(formats);
+        Cli.Result r = Cli.exec(cmd);
+        assertEquals(0, r.exit(), () -> r.err() + r.out().lines().filter(l -> l.contains("Exception")).toList());
+        assertTrue(r.out().contains("inline (hot)"), "no inlining printed: " + r.err()); // C2 did compile something
+        List<String> boxed = new ArrayList<>();
+        Matcher m = REFUSED.matcher(r.out());
+        while (m.find()) {
+            Class<?> owner;
+            try {
+                owner = Class.forName(m.group(1), false, getClass().getClassLoader());
+            } catch (ClassNotFoundException e) {
+                continue; // a JDK-internal class the test cannot see is no kernel of ours
+            }
+            for (Method method : owner.getDeclaredMethods()) {
+                if (method.getName().equals(m.group(2)) && (Vector.class.isAssignableFrom(method.getReturnType())
+                        || Arrays.stream(method.getParameterTypes()).anyMatch(Vector.class::isAssignableFrom))) {
+                    boxed.add(m.group().replaceAll("\\s+", " "));
+                }
+            }
+        }
+        assertTrue(boxed.isEmpty(), "vector calls left out of line (boxed at every call): " + boxed.stream().distinct().toList());
+    }
+}

@@ -1,0 +1,66 @@
+package dev.prefill4j.tests;
+
+import dev.prefill4j.api.spi.Quantizer;
+import dev.prefill4j.engine.registry.PluginRegistry;
+import java.lang.foreign.Arena;
+import java.lang.foreign.MemorySegment;
+import java.util.SplittableRandom;
+
+/**
+ * Runs every format's kernels until C2 has compiled them, for {@link KernelInliningTest}, which runs this in a child
+ * JVM with {@code -XX:+PrintInlining}: per format and row length (2,048 and 8,192 elements, the 1B geometry's), 64
+ * rows of random weights encoded by the format, then {@code dotPreparedRows} over all rows (the decode product),
+ * {@code decode} of one row (prefill's panels) and, where the format has one, {@code dotEncoded} against
+ * activations encoded in its activation format ({@code --activations quantized}).
+ *
+ * <p>Arguments: iterations at 2,048 elements (a quarter as many at 8,192), then format ids.
+ */
+final class KernelWorkout {
+    private KernelWorkout() {
+    }
+
+    public static void main(String[] args) {
+        PluginRegistry registry = PluginRegistry.load();
+        int iterations = Integer.parseInt(args[0]);
+        double sink = 0;
+        for (int a = 1; a < args.length; a++) {
+            Quantizer q = registry.quantizer(args[a]).orElseThrow();
+            Quantizer activations = q.hasEncodedDot() ? registry.quantizer(q.activationFormat()).orElseThrow() : null;
+            for (int k : new int[] {2048, 8192}) {
+                int rows = 64;
+                SplittableRandom random = new SplittableRandom(k);
+                float[] w = new float[rows * k];
+                for (int i = 0; i < w.length; i++) {
+                    w[i] = (float) random.nextGaussian();
+                }
+                long rowBytes = q.byteSize(k);
+                MemorySegment data = Arena.ofAuto().allocate(rows * rowBytes, 64);
+                for (int r = 0; r < rows; r++) {
+                    q.encode(w, r * k, k, data, r * rowBytes);
+                }
+                float[] x = new float[k];
+                for (int i = 0; i < k; i++) {
+                    x[i] = (float) random.nextGaussian();
+                }
+                float[] prepared = new float[q.preparedActivations(k)];
+                q.prepareActivations(x, 0, k, prepared, 0);
+                MemorySegment act = null;
+                if (activations != null) {
+                    act = Arena.ofAuto().allocate(activations.byteSize(k), 64);
+                    activations.encode(x, 0, k, act, 0);
+                }
+                float[] out = new float[rows];
+                float[] decoded = new float[k];
+                for (int it = 0, n = iterations * 2048 / k; it < n; it++) {
+                    q.dotPreparedRows(data, 0, rowBytes, rows, x, 0, prepared, 0, k, out, 0);
+                    q.decode(data, (it % rows) * rowBytes, decoded, 0, k);
+                    sink += out[it % rows] + decoded[it % k];
+                    if (act != null) {
+                        sink += q.dotEncoded(data, (it % rows) * rowBytes, act, 0, k);
+                    }
+                }
+            }
+        }
+        System.out.println(sink); // keeps the results live
+    }
+}
