@@ -21,12 +21,14 @@ final class EngineOptions {
     Path tokenizer;
 
     @Option(names = "--synthetic", paramLabel = "SHAPE",
-            description = "Synthetic model shape when no -m is given: tiny or llama-1b (default: ${DEFAULT-VALUE}).",
+            description = "Synthetic model shape when no -m is given: tiny or llama-1b (default: ${DEFAULT-VALUE}; "
+                    + "bench: llama-1b).",
             defaultValue = "tiny")
     String synthetic;
 
     @Option(names = "--type", paramLabel = "TYPE",
-            description = "Weight format of the synthetic model: f32, f16, bf16, q8_0, ... (default: ${DEFAULT-VALUE}).",
+            description = "Weight format of the synthetic model: f32, f16, bf16, q8_0, ... (default: ${DEFAULT-VALUE}; "
+                    + "bench: q4_0).",
             defaultValue = "f32")
     String type;
 

@@ -226,6 +226,16 @@ class CliTest {
         }
     }
 
+    /** bench's synthetic model defaults to the 1B geometry in Q4_0, unlike run's: its help says so at the options. */
+    @Test
+    void benchHelpStatesItsSyntheticDefaults() throws Exception {
+        Cli.Result help = Cli.run("bench", "--help");
+        assertEquals(0, help.exit(), help.toString());
+        String flat = help.out().replaceAll("\\s+", " "); // picocli wraps descriptions
+        assertTrue(flat.contains("(default: tiny; bench: llama-1b)"), help.out());
+        assertTrue(flat.contains("(default: f32; bench: q4_0)"), help.out());
+    }
+
     /** On the module path every provider reports its module and version. */
     @Test
     void pluginsListsModulesOnTheModulePath() throws Exception {
