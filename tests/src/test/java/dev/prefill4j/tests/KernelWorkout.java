@@ -1,6 +1,9 @@
 package dev.prefill4j.tests;
 
+import dev.prefill4j.api.spi.BackendContext;
+import dev.prefill4j.api.spi.ComputeDevice;
 import dev.prefill4j.api.spi.Quantizer;
+import dev.prefill4j.api.spi.WeightMatrix;
 import dev.prefill4j.engine.registry.PluginRegistry;
 import java.lang.foreign.Arena;
 import java.lang.foreign.MemorySegment;
@@ -11,7 +14,8 @@ import java.util.SplittableRandom;
  * JVM with {@code -XX:+PrintInlining}: per format and row length (2,048 and 8,192 elements, the 1B geometry's), 64
  * rows of random weights encoded by the format, then {@code dotPreparedRows} over all rows (the decode product),
  * {@code decode} of one row (prefill's panels) and, where the format has one, {@code dotEncoded} against
- * activations encoded in its activation format ({@code --activations quantized}).
+ * activations encoded in its activation format ({@code --activations quantized}); then the default backend's
+ * products over those rows (decode's fused dots, prefill's GEMM, the fused gate/up pair), RMSNorm and RoPE.
  *
  * <p>Arguments: iterations at 2,048 elements (a quarter as many at 8,192), then format ids.
  */
@@ -59,8 +63,38 @@ final class KernelWorkout {
                         sink += q.dotEncoded(data, (it % rows) * rowBytes, act, 0, k);
                     }
                 }
+                sink += device(registry, new WeightMatrix("w", q, data, rows, k), iterations / 50);
             }
         }
         System.out.println(sink); // keeps the results live
+    }
+
+    /**
+     * The default backend's products over {@code w}: one activation row (decode: the fused dots) and 24 (prefill: the
+     * GEMM's panels and micro-kernels), plain and as the fused gate/up SwiGLU pair, then RMSNorm and RoPE.
+     */
+    private static double device(PluginRegistry registry, WeightMatrix w, int iterations) {
+        double sink = 0;
+        try (ComputeDevice device = registry.selectBackend(null).create(new BackendContext(2))) {
+            int rows = 24;
+            float[] x = new float[rows * w.cols()];
+            for (int i = 0; i < x.length; i++) {
+                x[i] = (float) Math.sin(i);
+            }
+            float[] out = new float[rows * w.rows()];
+            float[] norm = new float[w.cols()];
+            java.util.Arrays.fill(norm, 1f);
+            float[] normed = new float[x.length];
+            for (int it = 0; it < iterations; it++) {
+                device.matmul(w, x, 1, out);
+                device.matmul(w, x, rows, out);
+                device.matmulSwiGLU(w, w, x, 1, out);
+                device.matmulSwiGLU(w, w, x, rows, out);
+                device.rmsNorm(x, rows, norm, 1e-5f, normed);
+                device.rope(normed, rows, w.cols() / 64, 64, 64, it, 10000f);
+                sink += out[it % out.length] + normed[it % normed.length];
+            }
+        }
+        return sink;
     }
 }
