@@ -28,8 +28,10 @@ final class KernelWorkout {
         int iterations = Integer.parseInt(args[0]);
         double sink = 0;
         for (int a = 1; a < args.length; a++) {
-            Quantizer q = registry.quantizer(args[a]).orElseThrow();
-            Quantizer activations = q.hasEncodedDot() ? registry.quantizer(q.activationFormat()).orElseThrow() : null;
+            String id = args[a];
+            Quantizer q = registry.quantizer(id).orElseThrow(() -> new IllegalArgumentException("no format " + id));
+            Quantizer activations = q.hasEncodedDot() ? registry.quantizer(q.activationFormat()).orElseThrow(
+                    () -> new IllegalStateException(id + ": no activation format " + q.activationFormat())) : null;
             for (int k : new int[] {2048, 8192}) {
                 int rows = 64;
                 SplittableRandom random = new SplittableRandom(k);
