@@ -42,8 +42,16 @@ final class CpuDevice implements ComputeDevice {
     private static final int ROW_PAD = 16;
     /** Up to this many activation rows, GEMM is a fused dot product per output (decode steps). */
     private static final int DOT_MAX_ROWS = 3;
-    /** Rows at least this long go through {@link dev.prefill4j.api.spi.Quantizer#dotPreparedRows} in decode steps. */
-    private static final int ROWS_MIN_COLS = 4096;
+    /**
+     * Rows at least this long go through {@link dev.prefill4j.api.spi.Quantizer#dotPreparedRows} in one-row decode
+     * steps, gate and up included. It was 4,096 (the down projection only) while the four-row dots boxed vectors at
+     * the end of every group (C2's node-count inlining cutoff, since fixed), which cost short rows the most; at 2,048
+     * (every projection of a 1B model), alternating processes, {@code bench -p 16 -n 32 -r 2 --profile}: Q8_0 tg32
+     * 16.88, 17.22, 17.82 -> 20.64, 19.27, 19.78 tok/s (gate+up 21.3-22.1 -> 26.1-28.1 GB/s), F16 three pairs one
+     * faster (12.37 -> 15.36) and two even, Q4_0, Q4_K_M and TQ2_0 even against their output matrix in the same
+     * process (2026-12-04, Zen 5 VM).
+     */
+    private static final int ROWS_MIN_COLS = 2048;
     /**
      * Fused dot products {@link #warmUp} runs per format: past what HotSpot's tiered policy counts before it compiles a
      * method with C2 (its defaults: 5,000 invocations and 15,000 invocations plus loop back-edges,
@@ -70,6 +78,8 @@ final class CpuDevice implements ComputeDevice {
     /** Per calling thread: the activations a decode product's format prepares ({@link #prepare}), and up's. */
     private final ThreadLocal<float[]> preparedBuffer = new ThreadLocal<>();
     private final ThreadLocal<float[]> upPreparedBuffer = new ThreadLocal<>();
+    /** Per calling thread: a decode task's up products, before SwiGLU joins them to the gate's. */
+    private final ThreadLocal<float[]> upRowsBuffer = new ThreadLocal<>();
 
     CpuDevice(int threads) {
         this.threads = threads;
@@ -381,7 +391,9 @@ final class CpuDevice implements ComputeDevice {
     /**
      * Gate and up in one pass over the outputs. Prefill: each task runs its gate panel into {@code out}, the same
      * outputs' up panel into a {@code [rows][panel]} tile of its own (128 KiB for 512 rows, in L2), and applies
-     * SwiGLU from the tile; decode steps: both fused dots of an output, then SwiGLU. Each product is accumulated as
+     * SwiGLU from the tile; decode steps: a task's run of gate rows, then of up rows, through {@code dotPreparedRows}
+     * (one activation row, rows of {@link #ROWS_MIN_COLS} or more; else both fused dots of each output), then SwiGLU.
+     * Each product is accumulated as
      * {@link #matmul} accumulates it, so the result has the bits of {@code matmul, matmul, swiglu}.
      */
     @Override
@@ -401,6 +413,19 @@ final class CpuDevice implements ComputeDevice {
             float[] gp = prepare(preparedBuffer, gf, x, rows, k);
             float[] upr = uf == gf ? gp : prepare(upPreparedBuffer, uf, x, rows, k);
             int run = outputRun(n);
+            if (rows == 1 && k >= ROWS_MIN_COLS) {
+                parallelFor((n + run - 1) / run, t -> {
+                    int o0 = t * run;
+                    int m = Math.min(n, o0 + run) - o0;
+                    float[] u = buffer(upRowsBuffer, m);
+                    gf.dotPreparedRows(gate.data(), gate.rowBytes() * o0, gate.rowBytes(), m, x, 0, gp, 0, k, out, o0);
+                    uf.dotPreparedRows(up.data(), up.rowBytes() * o0, up.rowBytes(), m, x, 0, upr, 0, k, u, 0);
+                    for (int i = 0; i < m; i++) {
+                        out[o0 + i] = VectorOps.swiglu(out[o0 + i], u[i]);
+                    }
+                });
+                return;
+            }
             parallelFor((n + run - 1) / run, t -> {
                 int o0 = t * run;
                 int o1 = Math.min(n, o0 + run);

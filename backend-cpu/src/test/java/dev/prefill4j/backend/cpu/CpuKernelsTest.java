@@ -90,14 +90,16 @@ class CpuKernelsTest {
     }
 
     /**
-     * Gate/up with SwiGLU in the epilogue, on shapes that take each of its paths (dots for 1-3 rows, panels for six
+     * Gate/up with SwiGLU in the epilogue, on shapes that take each of its paths (dots for 1-3 rows, runs of rows
+     * through {@code dotPreparedRows} for one row of 2,048 or more, a last run shorter than the others, panels for six
      * or more rows and outputs a multiple of the panel, including K past one slice, and the unfused fallback): against
      * FP64 ({@code silu(g) * u} of FP64 dot products; tolerance: the products' 1e-5 bound of
      * {@link #matmulMatchesFp64} carried through, silu's slope being at most 1.1), and bit for bit against
      * {@code matmul} of each matrix followed by {@code swiglu} on the same device.
      */
     @ParameterizedTest
-    @CsvSource({"1,64,172,2", "3,37,100,2", "5,64,64,2", "13,128,172,2", "6,64,33,1", "13,64,4500,2", "7,37,64,2"})
+    @CsvSource({"1,64,172,2", "1,150,2048,2", "3,37,100,2", "5,64,64,2", "13,128,172,2", "6,64,33,1", "13,64,4500,2",
+            "7,37,64,2"})
     void matmulSwiGLUIsMatmulsThenSwiGLU(int rows, int n, int k, int threads) {
         SplittableRandom rnd = new SplittableRandom(rows * 13L + n * 5L + k);
         float[] g = random(rnd, n * k);
