@@ -78,7 +78,7 @@ final class CpuDevice implements ComputeDevice {
     /** Per calling thread: the activations a decode product's format prepares ({@link #prepare}), and up's. */
     private final ThreadLocal<float[]> preparedBuffer = new ThreadLocal<>();
     private final ThreadLocal<float[]> upPreparedBuffer = new ThreadLocal<>();
-    /** Per calling thread: a decode task's up products, before SwiGLU joins them to the gate's. */
+    /** Per worker thread: a decode task's up products, before SwiGLU joins them to the gate's. */
     private final ThreadLocal<float[]> upRowsBuffer = new ThreadLocal<>();
 
     CpuDevice(int threads) {
@@ -393,8 +393,8 @@ final class CpuDevice implements ComputeDevice {
      * outputs' up panel into a {@code [rows][panel]} tile of its own (128 KiB for 512 rows, in L2), and applies
      * SwiGLU from the tile; decode steps: a task's run of gate rows, then of up rows, through {@code dotPreparedRows}
      * (one activation row, rows of {@link #ROWS_MIN_COLS} or more; else both fused dots of each output), then SwiGLU.
-     * Each product is accumulated as
-     * {@link #matmul} accumulates it, so the result has the bits of {@code matmul, matmul, swiglu}.
+     * Each product is accumulated as {@link #matmul} accumulates it, so the result has the bits of {@code matmul,
+     * matmul, swiglu}.
      */
     @Override
     public void matmulSwiGLU(WeightMatrix gate, WeightMatrix up, float[] x, int rows, float[] out) {
