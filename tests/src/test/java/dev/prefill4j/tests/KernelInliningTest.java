@@ -24,7 +24,7 @@ import org.junit.jupiter.api.Test;
  * is refused there gets its vector boxed (an object and a payload array) at every call: the F16 four-row dot did so
  * twice a row, the Q8_0 dots once a row and the Q6_K decoder every 16 weights, and the 1B F16 file's decode made
  * 5,727 young collections in a tg64 run where it now makes 2,052. This runs every registered format's kernels and
- * the default backend's products over them ({@link KernelWorkout}; about 15 s) in a child JVM with {@code
+ * the default backend's products over them ({@link KernelWorkout}; about 17 s here) in a child JVM with {@code
  * -XX:+PrintInlining} and fails on any call that C2 refused for that reason, or any other (the callee too big,
  * already compiled large), if the method called has a vector parameter or result. Calls with scalar arguments only
  * may stay out of line (they cost a call, not an allocation).
