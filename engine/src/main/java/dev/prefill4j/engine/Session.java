@@ -47,24 +47,28 @@ public final class Session implements AutoCloseable {
     private OpProfile profile;
     /** The sampler of the last generation, kept with a persistent cache so a resumed session draws on. */
     private Sampler sampler;
-    // Activation buffers, sized for a full chunk: the workspace's, handed on to the next session at close.
+    // Activation buffers: the workspace's, taken at the first forward pass and grown (replaced) when a pass needs more
+    // rows than it has, up to a chunk (reserve); handed on to the next session at close.
     private final Workspace.Pool workspaces;
-    private final Workspace workspace;
+    /** The workspace's sizes per row. */
+    private final Workspace.Shape shape;
+    /** {@code null} until the first forward pass. */
+    private Workspace workspace;
     private boolean closed;
-    private final float[] x;
-    private final float[] xb;
-    private final float[] q;
-    private final float[] k;
-    private final float[] v;
-    private final float[] gate;
+    private float[] x;
+    private float[] xb;
+    private float[] q;
+    private float[] k;
+    private float[] v;
+    private float[] gate;
     /** The up projection, for quantized activations only ({@code null} otherwise). */
-    private final float[] up;
+    private float[] up;
     /** Weight format -> the format its input activations are rounded to; empty for float32 activations. */
     private final Map<Quantizer, Quantizer> activationFormats;
     /** Activation rows decoded from {@link #encoded}, for formats without an encoded dot product. */
-    private final float[] quantized;
-    /** Activation rows encoded in an activation format, a chunk of them. */
-    private final MemorySegment encoded;
+    private float[] quantized;
+    /** Activation rows encoded in an activation format, a pass's worth. */
+    private MemorySegment encoded;
 
     Session(LlamaModel model, ComputeDevice device, AttentionKernel attention, KVCache cache, int capacity,
             int chunk, Map<Quantizer, Quantizer> activationFormats, Workspace.Pool workspaces) {
@@ -77,17 +81,30 @@ public final class Session implements AutoCloseable {
         this.chunk = chunk;
         this.activationFormats = Map.copyOf(activationFormats);
         this.workspaces = workspaces;
-        this.workspace = workspaces.take(Workspace.Shape.of(c, chunk, activationFormats));
-        this.x = workspace.x;
-        this.xb = workspace.xb;
-        this.q = workspace.gate; // the queries live in the FFN's buffer until the FFN needs it (Workspace#gate)
-        this.k = workspace.k;
-        this.v = workspace.v;
-        this.gate = workspace.gate;
-        this.up = workspace.up;
-        this.quantized = workspace.quantized;
-        this.encoded = workspace.encoded;
+        this.shape = Workspace.Shape.of(c, 0, activationFormats);
         cache.savedState().ifPresent(this::restore);
+    }
+
+    /**
+     * Makes the activation buffers hold {@code n} rows: the workspace is taken at the first pass (the engine's idle
+     * one if it is large enough) and replaced by a larger one when a pass needs more rows, so a session that decodes
+     * after a short prompt does not hold a whole chunk's buffers (13 MiB for the 1B geometry at 256 tokens: {@code
+     * bench -m 1b-q4_0.gguf -p 16 -n 64} peaked at 861.8-868.4 MiB with them, over its aim of 858.3).
+     */
+    private void reserve(int n) {
+        if (workspace != null && workspace.shape.rows() >= n) {
+            return;
+        }
+        workspace = workspaces.take(shape.withRows(Workspace.Shape.rowsFor(n, chunk)));
+        x = workspace.x;
+        xb = workspace.xb;
+        q = workspace.gate; // the queries live in the FFN's buffer until the FFN needs it (Workspace#gate)
+        k = workspace.k;
+        v = workspace.v;
+        gate = workspace.gate;
+        up = workspace.up;
+        quantized = workspace.quantized;
+        encoded = workspace.encoded;
     }
 
     /** {@return positions processed so far} */
@@ -483,6 +500,7 @@ public final class Session implements AutoCloseable {
     }
 
     private void forward(int[] tokens, int start, int n) {
+        reserve(n);
         int dim = c.dim();
         WeightMatrix emb = model.embedding();
         long t = tick();
@@ -646,7 +664,9 @@ public final class Session implements AutoCloseable {
             try {
                 cache.close();
             } finally {
-                workspaces.give(workspace);
+                if (workspace != null) {
+                    workspaces.give(workspace);
+                }
             }
         }
     }

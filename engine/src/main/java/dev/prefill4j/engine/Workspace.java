@@ -7,39 +7,62 @@ import java.util.Map;
 import java.util.concurrent.atomic.AtomicReference;
 
 /**
- * A session's activation buffers, sized for one chunk of tokens (13 MiB for the Llama-3.2-1B geometry at a chunk of
- * 256, 26 MiB at 512). A closed session hands them to the next session its engine opens with the same shape, so opening
- * and closing sessions does not leave that much garbage on the heap each time: arrays of this size go straight to
- * the old generation, which grew from 56 to 227 MiB over a benchmark's six sessions with no full collection, all of
- * it in the process's peak resident memory (1,092 MiB for the 1B Q4_0 file; 929 MiB with the buffers reused). Contents are not cleared: every buffer is written before it is read.
+ * A session's activation buffers, sized for a number of token rows: at most one chunk (13 MiB for the Llama-3.2-1B
+ * geometry at a chunk of 256, 26 MiB at 512), fewer while the session has not needed more ({@link
+ * Shape#rowsFor}). A closed session hands them to the next session its engine opens with the same geometry, so
+ * opening and closing sessions does not leave that much garbage on the heap each time: arrays of this size go straight
+ * to the old generation, which grew from 56 to 227 MiB over a benchmark's six sessions with no full collection, all of
+ * it in the process's peak resident memory (1,092 MiB for the 1B Q4_0 file; 929 MiB with the buffers reused).
+ * Contents are not cleared: every buffer is written before it is read.
  */
 final class Workspace {
-    /** What the buffers' sizes depend on. */
-    record Shape(int chunk, int dim, int qDim, int kvDim, int ffnDim, boolean up, int quantizedFloats,
-                 long encodedBytes) {
+    /** Fewest rows a workspace is made for: a decode step needs one, a short prompt a few. */
+    static final int MIN_ROWS = 16;
+
+    /** What the buffers' sizes depend on: rows, and per row what the model and the activation formats need. */
+    record Shape(int rows, int dim, int qDim, int kvDim, int ffnDim, boolean up, int quantizedPerRow,
+                 long encodedRowBytes) {
         /**
-         * {@return the buffers a session of {@code chunk} tokens needs} Only quantized activations write the up
+         * {@return the buffers a session of {@code rows} token rows needs} Only quantized activations write the up
          * projection out (float32 ones get SwiGLU in the GEMM's epilogue), decode rows for formats without an encoded
-         * dot product and keep a chunk of encoded rows.
+         * dot product and keep rows encoded.
          *
          * @param c                 the model's geometry
-         * @param chunk             tokens per prefill chunk
+         * @param rows              token rows (a prefill chunk at most)
          * @param activationFormats weight format -> activation format; empty for float32 activations
          */
-        static Shape of(LlamaConfig c, int chunk, Map<Quantizer, Quantizer> activationFormats) {
+        static Shape of(LlamaConfig c, int rows, Map<Quantizer, Quantizer> activationFormats) {
             int widest = Math.max(Math.max(c.dim(), c.qDim()), c.ffnDim());
             boolean decodes = activationFormats.keySet().stream().anyMatch(w -> !w.hasEncodedDot());
             long rowBytes = activationFormats.values().stream()
                     .mapToLong(q -> (widest + q.blockSize() - 1L) / q.blockSize() * q.blockBytes()).max().orElse(0);
-            return new Shape(chunk, c.dim(), c.qDim(), c.kvDim(), c.ffnDim(), !activationFormats.isEmpty(),
-                    decodes ? chunk * widest : 0, activationFormats.isEmpty() ? 0 : Math.max(1, chunk * rowBytes));
+            return new Shape(rows, c.dim(), c.qDim(), c.kvDim(), c.ffnDim(), !activationFormats.isEmpty(),
+                    decodes ? widest : 0, activationFormats.isEmpty() ? 0 : Math.max(1, rowBytes));
+        }
+
+        /** {@return this shape for {@code n} rows} @param n token rows */
+        Shape withRows(int n) {
+            return new Shape(n, dim, qDim, kvDim, ffnDim, up, quantizedPerRow, encodedRowBytes);
+        }
+
+        /**
+         * {@return the rows to make a workspace for when {@code needed} rows are asked for: the next power of two, at
+         * least {@link #MIN_ROWS}, at most {@code chunk}} Doubling bounds what growing leaves behind to less than the
+         * final size; a session that prefills 16 tokens and decodes holds 16 rows, not a whole chunk's.
+         *
+         * @param needed rows of the forward pass about to run
+         * @param chunk  the session's prefill chunk
+         */
+        static int rowsFor(int needed, int chunk) {
+            int pow = needed <= MIN_ROWS ? MIN_ROWS : Integer.highestOneBit(needed - 1) << 1;
+            return Math.min(chunk, pow);
         }
 
         /** {@return the bytes of the buffers' contents: what the constructor below allocates, array by array} */
         long bytes() {
-            long floats = (long) chunk * (dim + Math.max(dim, qDim) + 2L * kvDim + Math.max(ffnDim, Math.max(dim, qDim))
-                    + (up ? ffnDim : 0)) + quantizedFloats;
-            return Float.BYTES * floats + encodedBytes;
+            long floats = (long) rows * (dim + Math.max(dim, qDim) + 2L * kvDim + Math.max(ffnDim, Math.max(dim, qDim))
+                    + (up ? ffnDim : 0) + quantizedPerRow);
+            return Float.BYTES * floats + rows * encodedRowBytes;
         }
     }
 
@@ -66,15 +89,16 @@ final class Workspace {
 
     private Workspace(Shape s) {
         this.shape = s;
-        int n = s.chunk();
+        int n = s.rows();
         this.x = new float[n * s.dim()];
         this.xb = new float[n * Math.max(s.dim(), s.qDim())];
         this.k = new float[n * s.kvDim()];
         this.v = new float[n * s.kvDim()];
         this.gate = new float[n * Math.max(s.ffnDim(), Math.max(s.dim(), s.qDim()))];
         this.up = s.up() ? new float[n * s.ffnDim()] : null;
-        this.quantized = s.quantizedFloats() > 0 ? new float[s.quantizedFloats()] : null;
-        this.encoded = s.encodedBytes() > 0 ? MemorySegment.ofArray(new byte[Math.toIntExact(s.encodedBytes())]) : null;
+        this.quantized = s.quantizedPerRow() > 0 ? new float[n * s.quantizedPerRow()] : null;
+        this.encoded = s.encodedRowBytes() > 0
+                ? MemorySegment.ofArray(new byte[Math.toIntExact(n * s.encodedRowBytes())]) : null;
     }
 
     /**
@@ -84,10 +108,16 @@ final class Workspace {
     static final class Pool {
         private final AtomicReference<Workspace> idle = new AtomicReference<>();
 
-        /** {@return the idle workspace if it has this shape, otherwise a new one} @param shape sizes needed */
+        /**
+         * {@return the idle workspace if it has this shape with at least its rows, otherwise a new one of {@code
+         * shape}} A larger idle one is taken as it is: its memory is in use already.
+         *
+         * @param shape sizes needed
+         */
         Workspace take(Shape shape) {
             Workspace w = idle.getAndSet(null);
-            return w != null && w.shape.equals(shape) ? w : new Workspace(shape);
+            return w != null && w.shape.rows() >= shape.rows() && w.shape.equals(shape.withRows(w.shape.rows())) ? w
+                    : new Workspace(shape);
         }
 
         /** Keeps {@code w} for the next session; its session must not use it any more. @param w the workspace */

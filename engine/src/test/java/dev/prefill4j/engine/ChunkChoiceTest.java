@@ -13,8 +13,8 @@ import org.junit.jupiter.api.Test;
  */
 class ChunkChoiceTest {
     private static final long MIB = 1L << 20;
-    /** Llama-3.2-1B's geometry (the synthetic {@code llama-1b} shape). */
-    private static final LlamaConfig LLAMA_1B = new LlamaConfig(2048, 8192, 16, 32, 8, 64, 128256, 131072, 64,
+    /** Llama-3.2-1B's geometry (the synthetic {@code llama-1b} shape); WorkspaceTest uses it too. */
+    static final LlamaConfig LLAMA_1B = new LlamaConfig(2048, 8192, 16, 32, 8, 64, 128256, 131072, 64,
             500000f, 1e-5f);
 
     @Test

@@ -65,6 +65,42 @@ class WorkspaceReuseTest {
         }
     }
 
+    /**
+     * A session's buffers start at 16 rows and are replaced by larger ones as passes need them (up to its chunk); a
+     * session that grows them must compute what one that took a whole chunk's buffers from the start computes.
+     */
+    @Test
+    void aSessionThatGrowsItsBuffersComputesWhatOneWithAWholeChunkDoes() {
+        SessionOptions chunk64 = new SessionOptions(SessionOptions.defaults().kvType(), 256, 64, 0,
+                SessionOptions.defaults().kvOptions(), SessionOptions.Activations.F32);
+        int[] a = prompt(5, 70);
+        float[] expected;
+        try (Engine e = Engine.builder().threads(2).build();
+             LlamaModel m = e.synthetic(SyntheticLlama.Shape.TINY, "f32", 7, null)) {
+            try (Session s = e.newSession(m, chunk64)) {
+                s.prefill(prompt(6, 64), false); // leaves a 64-row workspace idle for the next session
+            }
+            try (Session s = e.newSession(m, chunk64)) {
+                expected = growing(s, a);
+            }
+        }
+        try (Engine e = Engine.builder().threads(2).build();
+             LlamaModel m = e.synthetic(SyntheticLlama.Shape.TINY, "f32", 7, null);
+             Session s = e.newSession(m, chunk64)) {
+            assertArrayEquals(expected, growing(s, a), "16 rows, then 32, then 64");
+        }
+    }
+
+    /** Decode, then passes of 5, 20 and 40 tokens (the last split at the chunk), each's last-position logits. */
+    private static float[] growing(Session s, int[] ids) {
+        float[] out = new float[4 * 512];
+        System.arraycopy(s.decode(ids[0]), 0, out, 0, 512);
+        System.arraycopy(s.prefill(java.util.Arrays.copyOfRange(ids, 1, 6), false), 0, out, 512, 512);
+        System.arraycopy(s.prefill(java.util.Arrays.copyOfRange(ids, 6, 26), false), 0, out, 1024, 512);
+        System.arraycopy(s.prefill(java.util.Arrays.copyOfRange(ids, 26, 70), false), 0, out, 1536, 512);
+        return out;
+    }
+
     @Test
     void liveSessionsNeverShareBuffers() throws InterruptedException {
         int[] a = prompt(3, 19);
