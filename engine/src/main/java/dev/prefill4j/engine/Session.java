@@ -89,7 +89,8 @@ public final class Session implements AutoCloseable {
      * Makes the activation buffers hold {@code n} rows: the workspace is taken at the first pass (the engine's idle
      * one if it is large enough) and replaced by a larger one when a pass needs more rows, so a session that decodes
      * after a short prompt does not hold a whole chunk's buffers (13 MiB for the 1B geometry at 256 tokens: {@code
-     * bench -m 1b-q4_0.gguf -p 16 -n 64} peaked at 861.8-868.4 MiB with them, over its aim of 858.3).
+     * bench -m 1b-q4_0.gguf -p 16 -n 64 -r 2} peaked at 859.6-863.5 MiB with them, over its aim of 858.3, and at
+     * 846.1-850.6 without).
      */
     private void reserve(int n) {
         if (workspace != null && workspace.shape.rows() >= n) {
