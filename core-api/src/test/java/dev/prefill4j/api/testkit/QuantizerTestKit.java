@@ -36,10 +36,10 @@ import java.util.SplittableRandom;
  *   <li>the fused {@code dot} equals the FP64 dot of the decoded row within {@code dot * sum|w*x|}, and so does
  *       {@code dotPrepared} for a format that prepares activations ({@code preparedActivations > 0}), with the
  *       prepared data at an offset and nothing written outside it; {@code dotPreparedRows} gives each of eleven rows
- *       the bits of {@code dotPrepared};</li>
+ *       the bits of {@code dotPrepared}, for rows of a few hundred elements and of over 8,192;</li>
  *   <li>GEMM, float and exact accumulation, on every {@link Backend} found by {@link ServiceLoader} equals FP64 over
  *       the decoded weights within the same relative bound, for shapes with one and many activation rows, and one
- *       activation row with rows of at least 4,096 weights;</li>
+ *       activation row with rows of at least 8,192 weights;</li>
  *   <li>for a format with {@link Quantizer#hasEncodedDot()}: {@code dotEncoded}, and {@code matmulEncoded} on every
  *       backend, equal the FP64 dot of the decoded weights and the decoded activations within {@link #ENCODED}
  *       {@code * sum|w*x|}, for its activation format and its per-token one (they must be on the test path, found by
@@ -226,9 +226,12 @@ public final class QuantizerTestKit {
     }
 
     static void dot(Quantizer q, Tolerance tol, long seed) {
-        // An even and an odd number of blocks: kernels that walk blocks in pairs handle a last one on its own.
+        // An even and an odd number of blocks: kernels that walk blocks in pairs handle a last one on its own; and
+        // rows of over 8,192 elements, which a format's dotPreparedRows may read several at a time where it reads
+        // short ones one by one.
         int even = 2 * Math.max(1, 256 / q.blockSize());
-        for (int blocks : new int[] {even, even + 1}) {
+        int longer = 2 * Math.max(1, 4096 / q.blockSize()) + 1;
+        for (int blocks : new int[] {even, even + 1, longer}) {
             int n = q.blockSize() * blocks;
             float[] w = data(n, seed + blocks);
             float[] x = data(n + 3, seed + 1);
@@ -284,14 +287,14 @@ public final class QuantizerTestKit {
                 continue;
             }
             try (ComputeDevice device = backend.create(new BackendContext(2))) {
-                // The third shape has 131 rows of at least 4,096 elements: a decode step's long rows, which the CPU
+                // The third shape has 131 rows of at least 8,192 elements: a decode step's long rows, which the CPU
                 // backend hands over a task's run at a time (Quantizer.dotPreparedRows; with two threads, runs of 8
-                // rows and a last one of 3, so grouping kernels take groups and leftovers).
+                // rows and a last one of 3, so kernels that group long rows take groups and leftovers).
                 for (int[] shape : new int[][] {{1, 7, 0}, {19, 33, 0}, {1, 131, 1}}) {
                     int rows = shape[0];
                     int out = shape[1];
                     int k = shape[2] == 0 ? q.blockSize() * Math.max(2, 256 / q.blockSize())
-                            : q.blockSize() * ((4096 + q.blockSize() - 1) / q.blockSize());
+                            : q.blockSize() * ((8192 + q.blockSize() - 1) / q.blockSize());
                     float[] w = data(out * k, seed + rows);
                     MemorySegment enc = Arena.ofAuto().allocate(q.byteSize((long) out * k));
                     for (int o = 0; o < out; o++) {

@@ -107,8 +107,20 @@ final class FusedDot {
     }
 
     /**
+     * Rows of at most this many elements take {@link #f16} one at a time in {@link #f16Rows}, longer ones {@link
+     * #f16Quad}: with 16 KiB of activations or less, a row and the activations stay in L1 and one stream of weights a
+     * thread reads faster than four. In-process harness on the Zen 5 VM (rows of the 1B F16 file streamed from memory,
+     * {@code dotPreparedRows} over 256 rows at a time, median pairs of 6 timings, three processes each): two threads,
+     * 2,048 elements, one row at a time 28.0-34.0 GB/s against 23.7-27.9 for four; 4,096 elements 26.1-35.0 against
+     * 23.3-34.0; 8,192 elements 15.7-21.5 against 28.9-29.7 (the case the four-row form was made for); one thread,
+     * 2,048 elements 18.9-23.1 against 14.3-18.1, 4,096 elements 14.2-19.2 against 18.0-20.9.
+     */
+    static final int F16_ONE_ROW_MAX_COUNT = 4096;
+
+    /**
      * {@link #f16} for {@code rows} rows {@code stride} bytes apart ({@link Quantizer#dotPreparedRows}): with 16
-     * float lanes, four rows at a time ({@link #f16Quad}), the rest one at a time; with other widths one at a time.
+     * float lanes and rows longer than {@link #F16_ONE_ROW_MAX_COUNT}, four rows at a time ({@link #f16Quad}), the rest
+     * one at a time; otherwise one at a time.
      * The four rows of a group are a quarter of the run apart ({@code i, i + q, i + 2q, i + 3q} for {@code q = rows / 4}),
      * so that the next group's rows follow this group's in memory: four continuous streams of weights through the
      * run. Consecutive rows in a group (each group starting three new streams) ran the 1B F16 file's {@code ffn_down}
@@ -118,7 +130,7 @@ final class FusedDot {
     static void f16Rows(Quantizer f16, MemorySegment src, long offset, long stride, int rows, float[] x, int xOffset,
                         int count, float[] out, int outIndex) {
         int r = 0;
-        if (L == 16) {
+        if (L == 16 && count > F16_ONE_ROW_MAX_COUNT) {
             int q = rows / 4;
             for (int i = 0; i < q; i++) {
                 f16Quad(f16, src, offset + i * stride, q * stride, x, xOffset, count, out, outIndex + i, q);

@@ -173,22 +173,27 @@ class FormatsTest {
                 float expected = Float.float16ToFloat(special);
                 float got = f16.dot(row, 0, x, 0, n);
                 assertEquals(expected, got, "0x" + Integer.toHexString(special & 0xFFFF) + " at " + at);
-                // The same row as the third of five taken together (a group of four rows where vectors have 16
-                // lanes): it alone comes out infinite or NaN, the others as their own dot gives them.
-                MemorySegment five = Arena.ofAuto().allocate(5 * 2L * n);
-                for (int r = 0; r < 5; r++) {
-                    MemorySegment.copy(row, 0, five, r * 2L * n, 2L * n);
-                    if (r != 2) {
-                        five.set(halves, r * 2L * n + 2L * at, Float.floatToFloat16(r));
-                    }
+                // Such a row as the third of five taken together, in rows long enough to be grouped (four rows at
+                // a time where vectors have 16 lanes; the special value at the same place, the tail's at the end):
+                // it alone comes out infinite or NaN, the others as their own dot gives them.
+                int m = FusedDot.F16_ONE_ROW_MAX_COUNT + n;
+                int place = at == n - 1 ? m - 1 : at;
+                MemorySegment five = Arena.ofAuto().allocate(5 * 2L * m);
+                for (int i = 0; i < 5 * m; i++) {
+                    five.set(halves, 2L * i, Float.floatToFloat16(0.25f));
                 }
-                float[] products = new float[5];
-                f16.dotPreparedRows(five, 0, 2L * n, 5, x, 0, new float[0], 0, n, products, 0);
                 for (int r = 0; r < 5; r++) {
-                    float alone = f16.dot(five, r * 2L * n, x, 0, n);
-                    assertEquals(r == 2 ? expected : 0.25f * (n - 1) + r, alone, "row " + r);
+                    five.set(halves, r * 2L * m + 2L * place, r == 2 ? special : Float.floatToFloat16(r));
+                }
+                float[] ones = new float[m];
+                Arrays.fill(ones, 1);
+                float[] products = new float[5];
+                f16.dotPreparedRows(five, 0, 2L * m, 5, ones, 0, new float[0], 0, m, products, 0);
+                for (int r = 0; r < 5; r++) {
+                    float alone = f16.dot(five, r * 2L * m, ones, 0, m);
+                    assertEquals(r == 2 ? expected : 0.25f * (m - 1) + r, alone, "row " + r);
                     assertEquals(Float.floatToRawIntBits(alone), Float.floatToRawIntBits(products[r]),
-                            "row " + r + " of five, 0x" + Integer.toHexString(special & 0xFFFF) + " at " + at);
+                            "row " + r + " of five, 0x" + Integer.toHexString(special & 0xFFFF) + " at " + place);
                 }
             }
         }
