@@ -110,7 +110,7 @@ final class FusedDot {
      * Rows of at most this many elements take {@link #f16} one at a time in {@link #f16Rows}, longer ones {@link
      * #f16Quad}: with 16 KiB of activations or less, a row and the activations stay in L1 and one stream of weights a
      * thread reads faster than four. In-process harness on the Zen 5 VM (rows of the 1B F16 file streamed from memory,
-     * {@code dotPreparedRows} over 256 rows at a time, median pairs of 6 timings, three processes each): two threads,
+     * {@code dotPreparedRows} over 256 rows at a time, the middle two of six timings, two to five processes each): two threads,
      * 2,048 elements, one row at a time 28.0-34.0 GB/s against 23.7-27.9 for four; 4,096 elements 26.1-35.0 against
      * 23.3-34.0; 8,192 elements 15.7-21.5 against 28.9-29.7 (the case the four-row form was made for); one thread,
      * 2,048 elements 18.9-23.1 against 14.3-18.1, 4,096 elements 14.2-19.2 against 18.0-20.9.

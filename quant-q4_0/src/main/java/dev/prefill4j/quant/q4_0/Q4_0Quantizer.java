@@ -265,8 +265,8 @@ public final class Q4_0Quantizer implements Quantizer {
      * Rows of at most this many elements are read one at a time by {@link #dotPreparedRows}, longer ones three at a
      * time: with 16 KiB of activations or less, a row and the activations stay in L1, and one stream of weights a
      * thread runs faster than three. In-process harness on the Zen 5 VM (rows of the 1B Q4_0 file streamed from
-     * memory, {@code dotPreparedRows} over 256 rows at a time, median pairs of 6 timings, two processes each): two
-     * threads, 2,048 elements, one row at a time 17.5-18.8 GB/s against 15.7-18.1 for three; one thread 11.0-12.0
+     * memory, {@code dotPreparedRows} over 256 rows at a time, the middle two of six timings, two processes each):
+     * two threads, 2,048 elements, one row at a time 17.5-21.7 GB/s against 14.8-18.8 for three; one thread 11.0-12.0
      * against 7.8-9.1; 4,096 elements 15.6-16.6 against 15.0-16.3 (two threads) and 7.8-8.9 against 7.6-8.3 (one);
      * 8,192 elements 10.9-11.5 against 14.1-17.8 (two threads), 8.4-8.8 against 10.8-10.9 (one).
      */
