@@ -83,7 +83,8 @@ final class EngineOptions {
 
     @Option(names = "--chunk", paramLabel = "N",
             description = "Prefill chunk in tokens: prompts run N tokens at a time, and activation memory is sized for "
-                    + "at most N (13 MiB at 256 for Llama-3.2-1B's geometry, 26 at 512) (default: " + SessionOptions.LARGE_CHUNK
+                    + "at most N (for Llama-3.2-1B's geometry at 256: 9 MiB with float activations on a CPU with "
+                    + "AVX-512, else 13; twice as much at 512) (default: " + SessionOptions.LARGE_CHUNK
                     + " where the runtime's memory and those buffers fit in 15%% of the weights' bytes, else "
                     + SessionOptions.DEFAULT_CHUNK + ").")
     Integer chunk;

@@ -14,9 +14,9 @@ package dev.prefill4j.api;
 public final class ApiVersion {
     /**
      * The contract version of this core-api build (1.1: {@code Quantizer.dotPrepared} and its two companions; 1.2:
-     * {@code Quantizer.dotPreparedRows}).
+     * {@code Quantizer.dotPreparedRows}; 1.3: {@code ComputeDevice.feedForward} and {@code feedForwardBlock}).
      */
-    public static final String CURRENT = "1.2";
+    public static final String CURRENT = "1.3";
 
     private ApiVersion() {
     }

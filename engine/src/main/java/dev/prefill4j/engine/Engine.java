@@ -247,6 +247,9 @@ public final class Engine implements AutoCloseable {
      * {@return the chunk for options that leave it to the engine} A larger chunk decodes every weight fewer times per
      * prompt (a 512-token prompt once instead of twice: F16 pp512 at 70.3-75.6% of the FMA peak against 63.3-64.6% in
      * alternating runs), at the price of proportionally larger activation buffers (13 MiB more for the 1B geometry).
+     * The buffers are counted with the FFN's whole hidden width (13 MiB at 256 tokens for the 1B geometry), as a device
+     * that does not run the FFN in blocks ({@link dev.prefill4j.api.spi.ComputeDevice#feedForward}) needs them: the
+     * CPU device's blocks (9 MiB) leave the choice on the safe side.
      * {@link SessionOptions#LARGE_CHUNK} is taken where the runtime's own memory and that chunk's buffers fit in the
      * {@linkplain #MEMORY_ALLOWANCE allowance} over the weights; for the 1B geometry that is from about 840 MiB of
      * weights on (its Q8_0 and F16 files, not its Q4_0 and Q4_K_M ones, which stay at {@link

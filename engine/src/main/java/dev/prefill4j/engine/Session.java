@@ -61,6 +61,8 @@ public final class Session implements AutoCloseable {
     private float[] k;
     private float[] v;
     private float[] gate;
+    /** The FFN's output where it runs in blocks of hidden columns ({@code null} otherwise). */
+    private float[] ffnOut;
     /** The up projection, for quantized activations only ({@code null} otherwise). */
     private float[] up;
     /** Weight format -> the format its input activations are rounded to; empty for float32 activations. */
@@ -81,8 +83,18 @@ public final class Session implements AutoCloseable {
         this.chunk = chunk;
         this.activationFormats = Map.copyOf(activationFormats);
         this.workspaces = workspaces;
-        this.shape = Workspace.Shape.of(c, 0, activationFormats);
+        this.shape = Workspace.Shape.of(c, 0, activationFormats, feedForwardBlock(model, device));
         cache.savedState().ifPresent(this::restore);
+    }
+
+    /** {@return the most hidden columns the device computes at a time in any layer's FFN} */
+    private static int feedForwardBlock(LlamaModel model, ComputeDevice device) {
+        int block = 0;
+        for (int l = 0; l < model.config().layers(); l++) {
+            LlamaModel.Layer w = model.layer(l);
+            block = Math.max(block, device.feedForwardBlock(w.gate(), w.up(), w.down()));
+        }
+        return block;
     }
 
     /**
@@ -103,6 +115,7 @@ public final class Session implements AutoCloseable {
         k = workspace.k;
         v = workspace.v;
         gate = workspace.gate;
+        ffnOut = workspace.ffnOut;
         up = workspace.up;
         quantized = workspace.quantized;
         encoded = workspace.encoded;
@@ -536,19 +549,29 @@ public final class Session implements AutoCloseable {
             t = tick();
             device.rmsNorm(x, n, w.ffnNorm(), c.rmsEps(), xb);
             tock("rms_norm", t);
+            float[] ffn = xb;
             if (activationFormats.containsKey(w.gate().format()) || activationFormats.containsKey(w.up().format())) {
                 project(xb, n, new WeightMatrix[] {w.gate(), w.up()}, gate, up);
                 t = tick();
                 device.swiglu(gate, up, n * c.ffnDim());
                 tock("swiglu", t);
+                project(gate, n, new WeightMatrix[] {w.down()}, xb);
+            } else if ((long) n * c.ffnDim() > gate.length) {
+                // The hidden columns a block at a time (ComputeDevice#feedForward): gate holds one block, and the
+                // output goes to a buffer of its own, since every block reads xb.
+                t = tick();
+                device.feedForward(w.gate(), w.up(), w.down(), xb, n, gate, ffnOut);
+                tock("ffn (gate, up, down)", t, bytes(w.gate()) + bytes(w.up()) + bytes(w.down()),
+                        flops(w.gate(), n) + flops(w.up(), n) + flops(w.down(), n));
+                ffn = ffnOut;
             } else {
                 t = tick();
                 device.matmulSwiGLU(w.gate(), w.up(), xb, n, gate); // SwiGLU in the GEMM's epilogue: no up tensor
                 tock("ffn_gate+up", t, bytes(w.gate()) + bytes(w.up()), flops(w.gate(), n) + flops(w.up(), n));
+                project(gate, n, new WeightMatrix[] {w.down()}, xb);
             }
-            project(gate, n, new WeightMatrix[] {w.down()}, xb);
             t = tick();
-            addInPlace(x, xb, n * dim);
+            addInPlace(x, ffn, n * dim);
             tock("residual_add", t);
             t = tick();
             checkFinite(x, n, dim, "output of layer " + l, pos);

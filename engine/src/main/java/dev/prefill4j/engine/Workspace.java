@@ -8,7 +8,8 @@ import java.util.concurrent.atomic.AtomicReference;
 
 /**
  * A session's activation buffers, sized for a number of token rows: at most one chunk (13 MiB for the Llama-3.2-1B
- * geometry at a chunk of 256, 26 MiB at 512), fewer while the session has not needed more ({@link
+ * geometry at a chunk of 256, 26 MiB at 512; 9 and 18 where the device runs the FFN in blocks of 2,048 hidden columns,
+ * as the CPU device does with 16-lane vectors), fewer while the session has not needed more ({@link
  * Shape#rowsFor}). A closed session hands them to the next session its engine opens with the same geometry, so
  * opening and closing sessions does not leave that much garbage on the heap each time: arrays of this size go straight
  * to the old generation, which grew from 56 to 227 MiB over a benchmark's six sessions with no full collection, all of
@@ -19,30 +20,53 @@ final class Workspace {
     /** Fewest rows a workspace is made for: a decode step needs one, a short prompt a few. */
     static final int MIN_ROWS = 16;
 
-    /** What the buffers' sizes depend on: rows, and per row what the model and the activation formats need. */
-    record Shape(int rows, int dim, int qDim, int kvDim, int ffnDim, boolean up, int quantizedPerRow,
+    /**
+     * What the buffers' sizes depend on: rows, and per row what the model and the activation formats need; {@code
+     * hidden} is how many of the FFN's hidden columns a pass holds at a time ({@code ffnDim}, or the device's {@link
+     * dev.prefill4j.api.spi.ComputeDevice#feedForwardBlock} where it works in blocks).
+     */
+    record Shape(int rows, int dim, int qDim, int kvDim, int ffnDim, int hidden, boolean up, int quantizedPerRow,
                  long encodedRowBytes) {
         /**
-         * {@return the buffers a session of {@code rows} token rows needs} Only quantized activations write the up
-         * projection out (float32 ones get SwiGLU in the GEMM's epilogue), decode rows for formats without an encoded
-         * dot product and keep rows encoded.
+         * {@return the buffers a session of {@code rows} token rows needs, the FFN's hidden columns all at once}
          *
          * @param c                 the model's geometry
          * @param rows              token rows (a prefill chunk at most)
          * @param activationFormats weight format -> activation format; empty for float32 activations
          */
         static Shape of(LlamaConfig c, int rows, Map<Quantizer, Quantizer> activationFormats) {
+            return of(c, rows, activationFormats, c.ffnDim());
+        }
+
+        /**
+         * {@return the buffers a session of {@code rows} token rows needs} Only quantized activations write the up
+         * projection out (float32 ones get SwiGLU in the GEMM's epilogue, and may run the FFN in blocks of hidden
+         * columns), decode rows for formats without an encoded dot product and keep rows encoded.
+         *
+         * @param c                 the model's geometry
+         * @param rows              token rows (a prefill chunk at most)
+         * @param activationFormats weight format -> activation format; empty for float32 activations
+         * @param hidden            the FFN's hidden columns the device computes at a time; the whole width is used
+         *                          with quantized activations, whose up projection is written out whole
+         */
+        static Shape of(LlamaConfig c, int rows, Map<Quantizer, Quantizer> activationFormats, int hidden) {
             int widest = Math.max(Math.max(c.dim(), c.qDim()), c.ffnDim());
             boolean decodes = activationFormats.keySet().stream().anyMatch(w -> !w.hasEncodedDot());
             long rowBytes = activationFormats.values().stream()
                     .mapToLong(q -> (widest + q.blockSize() - 1L) / q.blockSize() * q.blockBytes()).max().orElse(0);
-            return new Shape(rows, c.dim(), c.qDim(), c.kvDim(), c.ffnDim(), !activationFormats.isEmpty(),
+            boolean up = !activationFormats.isEmpty();
+            return new Shape(rows, c.dim(), c.qDim(), c.kvDim(), c.ffnDim(), up ? c.ffnDim() : hidden, up,
                     decodes ? widest : 0, activationFormats.isEmpty() ? 0 : Math.max(1, rowBytes));
+        }
+
+        /** {@return whether the FFN runs in blocks of hidden columns, its output then in a buffer of its own} */
+        boolean blocked() {
+            return hidden < ffnDim;
         }
 
         /** {@return this shape for {@code n} rows} @param n token rows */
         Shape withRows(int n) {
-            return new Shape(n, dim, qDim, kvDim, ffnDim, up, quantizedPerRow, encodedRowBytes);
+            return new Shape(n, dim, qDim, kvDim, ffnDim, hidden, up, quantizedPerRow, encodedRowBytes);
         }
 
         /**
@@ -60,8 +84,8 @@ final class Workspace {
 
         /** {@return the bytes of the buffers' contents: what the constructor below allocates, array by array} */
         long bytes() {
-            long floats = (long) rows * (dim + Math.max(dim, qDim) + 2L * kvDim + Math.max(ffnDim, Math.max(dim, qDim))
-                    + (up ? ffnDim : 0) + quantizedPerRow);
+            long floats = (long) rows * (dim + Math.max(dim, qDim) + 2L * kvDim + Math.max(hidden, Math.max(dim, qDim))
+                    + (blocked() ? dim : 0) + (up ? ffnDim : 0) + quantizedPerRow);
             return Float.BYTES * floats + rows * encodedRowBytes;
         }
     }
@@ -72,11 +96,13 @@ final class Workspace {
     final float[] k;
     final float[] v;
     /**
-     * The FFN's hidden activations (SwiGLU of gate and up); before them in each layer, in its first {@code max(qDim,
+     * The FFN's hidden activations (SwiGLU of gate and up; {@link Shape#hidden} columns of them at a time); before them in each layer, in its first {@code max(qDim,
      * dim)} columns, the queries and then the output projection's result (attention reads the queries and writes into
      * {@link #xb}, free by then): the two uses never overlap, so they share one buffer.
      */
     final float[] gate;
+    /** The FFN's output where it runs in blocks ({@link Shape#blocked}), which need their input to the end; else null. */
+    final float[] ffnOut;
     /** {@code null} unless the shape asks for it. */
     final float[] up;
     /** {@code null} unless the shape asks for it. */
@@ -94,7 +120,8 @@ final class Workspace {
         this.xb = new float[n * Math.max(s.dim(), s.qDim())];
         this.k = new float[n * s.kvDim()];
         this.v = new float[n * s.kvDim()];
-        this.gate = new float[n * Math.max(s.ffnDim(), Math.max(s.dim(), s.qDim()))];
+        this.gate = new float[n * Math.max(s.hidden(), Math.max(s.dim(), s.qDim()))];
+        this.ffnOut = s.blocked() ? new float[n * s.dim()] : null;
         this.up = s.up() ? new float[n * s.ffnDim()] : null;
         this.quantized = s.quantizedPerRow() > 0 ? new float[n * s.quantizedPerRow()] : null;
         this.encoded = s.encodedRowBytes() > 0

@@ -1,9 +1,13 @@
 package dev.prefill4j.engine;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertNotSame;
+import static org.junit.jupiter.api.Assertions.assertNull;
 import static org.junit.jupiter.api.Assertions.assertSame;
+import static org.junit.jupiter.api.Assertions.assertTrue;
 
+import dev.prefill4j.engine.formats.F16Quantizer;
 import dev.prefill4j.engine.model.LlamaConfig;
 import java.util.Map;
 import org.junit.jupiter.api.Test;
@@ -34,6 +38,26 @@ class WorkspaceTest {
         // 13,312 floats a token (ChunkChoiceTest): 832 KiB for 16 rows against 13 MiB for a chunk of 256.
         assertEquals(16L * 13_312 * Float.BYTES, Workspace.Shape.of(LLAMA_1B, 16, Map.of()).bytes());
         assertEquals(13 * MIB, Workspace.Shape.of(LLAMA_1B, 256, Map.of()).bytes());
+    }
+
+    @Test
+    void anFfnInBlocksHoldsOneBlockOfHiddenColumnsAndItsOutput() {
+        // x 2,048 + xb 2,048 + k, v 512 each + the FFN's buffer 2,048 (a block; the queries' width too) + its output
+        // 2,048: 9,216 floats a token, 9 MiB at 256 rows against 13 for the whole width.
+        Workspace.Shape blocked = Workspace.Shape.of(LLAMA_1B, 256, Map.of(), 2048);
+        assertTrue(blocked.blocked());
+        assertEquals(9 * MIB, blocked.bytes());
+        Workspace w = new Workspace.Pool().take(blocked);
+        assertEquals(256 * 2048, w.gate.length);
+        assertEquals(256 * 2048, w.ffnOut.length);
+        Workspace whole = new Workspace.Pool().take(Workspace.Shape.of(LLAMA_1B, 256, Map.of(), 8192));
+        assertFalse(whole.shape.blocked());
+        assertNull(whole.ffnOut);
+        assertEquals(256 * 8192, whole.gate.length);
+        F16Quantizer f16 = new F16Quantizer();
+        Workspace quantized = new Workspace.Pool().take(Workspace.Shape.of(LLAMA_1B, 16, Map.of(f16, f16), 2048));
+        assertEquals(8192, quantized.shape.hidden(), "quantized activations write gate and up out whole");
+        assertNull(quantized.ffnOut);
     }
 
     @Test

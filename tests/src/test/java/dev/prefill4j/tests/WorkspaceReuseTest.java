@@ -33,7 +33,8 @@ class WorkspaceReuseTest {
         }
     }
 
-    private static float[] run(Session s, int[] ids) {
+    /** {@return all-position logits of {@code ids} then those of three decode steps (of ids' first three tokens)} */
+    static float[] run(Session s, int[] ids) {
         float[] prompt = s.prefill(ids, true);
         float[] out = new float[prompt.length + 3 * 512];
         System.arraycopy(prompt, 0, out, 0, prompt.length);

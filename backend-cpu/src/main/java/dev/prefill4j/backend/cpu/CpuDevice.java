@@ -333,7 +333,17 @@ final class CpuDevice implements ComputeDevice {
      */
     private void panelProduct(WeightMatrix w, PanelPlan plan, float[] x, int rows, int o0, float[] out, int oo,
             int outStride) {
-        int k = w.cols();
+        panelProduct(w, plan, x, w.cols(), rows, o0, out, oo, outStride, 0, w.cols());
+    }
+
+    /**
+     * {@link #panelProduct} over columns {@code [kFrom, kTo)} of {@code w} only ({@code kFrom} a multiple of the
+     * plan's slice), from activations that hold just those columns, {@code xStride} floats a row: with {@code kFrom >
+     * 0} each output continues the sum already in {@code out}, so running the column ranges of a matrix one after
+     * another in order gives the bits of one call over all of them.
+     */
+    private void panelProduct(WeightMatrix w, PanelPlan plan, float[] x, int xStride, int rows, int o0, float[] out,
+            int oo, int outStride, int kFrom, int kTo) {
         long rowBytes = w.rowBytes();
         int panel = plan.panel();
         int lanes = VectorOps.FLOATS.length();
@@ -344,8 +354,9 @@ final class CpuDevice implements ComputeDevice {
         // The panel is built and used a slice of K at a time, small enough to stay in L2 while every group of rows
         // runs over it; a kernel after the first slice continues the FMA chains from the sums it left in out, so
         // the order (and the bits) of each output's accumulation is that of one pass over K.
-        for (int t0 = 0; t0 < k; t0 += plan.slice()) {
-            int len = Math.min(plan.slice(), k - t0);
+        for (int t0 = kFrom; t0 < kTo; t0 += plan.slice()) {
+            int len = Math.min(plan.slice(), kTo - t0);
+            int xt = t0 - kFrom; // the slice's first column in x
             long from = w.format().byteSize(t0);
             // A vector of rows at a time: decoded, then transposed into the panel 16 x 16 floats at a time by lane
             // permutes (VectorOps.transpose16; F16 pp512 at 76-79% of the FMA peak against 72-75% with a gather per
@@ -372,17 +383,19 @@ final class CpuDevice implements ComputeDevice {
             int r = 0;
             if (panel == 4 * lanes) {
                 for (; r + 6 <= rows; r += 6) {
-                    VectorOps.kernel6x4(rowBuf, wt, len, x, r * k + t0, k, out, oo + r * outStride, outStride, t0 > 0);
+                    VectorOps.kernel6x4(rowBuf, wt, len, x, r * xStride + xt, xStride, out, oo + r * outStride, outStride,
+                            t0 > 0);
                 }
                 for (; r < rows; r++) {
-                    VectorOps.kernel1x4(rowBuf, wt, len, x, r * k + t0, out, oo + r * outStride, t0 > 0);
+                    VectorOps.kernel1x4(rowBuf, wt, len, x, r * xStride + xt, out, oo + r * outStride, t0 > 0);
                 }
             } else {
                 for (; r + 4 <= rows; r += 4) {
-                    VectorOps.kernel4x2(rowBuf, wt, len, x, r * k + t0, k, out, oo + r * outStride, outStride, t0 > 0);
+                    VectorOps.kernel4x2(rowBuf, wt, len, x, r * xStride + xt, xStride, out, oo + r * outStride, outStride,
+                            t0 > 0);
                 }
                 for (; r < rows; r++) {
-                    VectorOps.kernel1x2(rowBuf, wt, len, x, r * k + t0, out, oo + r * outStride, t0 > 0);
+                    VectorOps.kernel1x2(rowBuf, wt, len, x, r * xStride + xt, out, oo + r * outStride, t0 > 0);
                 }
             }
         }
@@ -454,6 +467,61 @@ final class CpuDevice implements ComputeDevice {
                 VectorOps.swiglu(out, r * n + o0, tile, r * panel, panel);
             }
         });
+    }
+
+    /**
+     * One K slice of the down matrix's panel plan (2,048 columns with 16 lanes, 4,096 with 8) where the FFN is
+     * wider than that and every product of it runs on panels; otherwise the whole width.
+     */
+    @Override
+    public int feedForwardBlock(WeightMatrix gate, WeightMatrix up, WeightMatrix down) {
+        int ffn = gate.rows();
+        int panel = PANEL;
+        int block = new PanelPlan(down, panel).slice();
+        boolean blocks = block < ffn && ffn % block == 0 && block % panel == 0 && down.rows() % panel == 0
+                && up.rows() == ffn && up.cols() == gate.cols() && down.cols() == ffn;
+        return blocks ? block : ffn;
+    }
+
+    /**
+     * Prefill on panels ({@code rows >= 6}): the hidden columns {@link #feedForwardBlock} at a time, each block's gate
+     * and up panels as {@link #matmulSwiGLU} runs them (SwiGLU in the epilogue) into {@code hidden}, then the down
+     * matrix's panels over that one K slice, each output continuing its sum from the previous block: every weight is
+     * still decoded once per call, and each value has the bits of {@code matmulSwiGLU} then {@code matmul}. Fewer
+     * rows, or a width that is not blocked, run those two on the whole width.
+     */
+    @Override
+    public void feedForward(WeightMatrix gate, WeightMatrix up, WeightMatrix down, float[] x, int rows,
+                            float[] hidden, float[] out) {
+        int ffn = gate.rows();
+        int block = feedForwardBlock(gate, up, down);
+        if (block == ffn || rows < 6 || hidden.length >= (long) rows * ffn) {
+            ComputeDevice.super.feedForward(gate, up, down, x, rows, hidden, out);
+            return;
+        }
+        if (hidden.length < (long) rows * block) {
+            throw new IllegalArgumentException("hidden holds " + hidden.length + " floats, fewer than " + rows
+                    + " rows of " + block);
+        }
+        int panel = PANEL;
+        int dim = down.rows();
+        PanelPlan gatePlan = new PanelPlan(gate, panel);
+        PanelPlan upPlan = new PanelPlan(up, panel);
+        PanelPlan downPlan = new PanelPlan(down, panel);
+        for (int j0 = 0; j0 < ffn; j0 += block) {
+            int j = j0;
+            parallelFor(block / panel, pi -> {
+                int o0 = j + pi * panel;
+                float[] tile = buffer(epilogueBuffer, rows * panel);
+                panelProduct(gate, gatePlan, x, rows, o0, hidden, pi * panel, block);
+                panelProduct(up, upPlan, x, rows, o0, tile, 0, panel);
+                for (int r = 0; r < rows; r++) {
+                    VectorOps.swiglu(hidden, r * block + pi * panel, tile, r * panel, panel);
+                }
+            });
+            parallelFor(dim / panel, pi -> panelProduct(down, downPlan, hidden, block, rows, pi * panel, out,
+                    pi * panel, dim, j, j + block));
+        }
     }
 
     private float[] buffer(int size) {

@@ -1,6 +1,7 @@
 package dev.prefill4j.backend.cpu;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import dev.prefill4j.api.ApiVersion;
@@ -138,6 +139,49 @@ class CpuKernelsTest {
                         "row " + r + " out " + o + ": " + fused[i] + " fused vs " + separate[i]);
             }
         }
+    }
+
+    /**
+     * The FFN in blocks of hidden columns, from a {@code hidden} buffer of only {@code rows * feedForwardBlock} floats,
+     * gives the bits of {@code matmulSwiGLU} into a whole-width buffer then {@code matmul} of the down matrix (both
+     * held to FP64 above): on panels (six rows or more) the down product's sums continue from block to block; with
+     * fewer rows the device takes the whole width in a temporary. A block is one K slice of a panel: 2,048 columns
+     * with 16 lanes, 8,192 with 8 and 16,384 with 4 (the narrow-vector runs), so ffn 32,768 is blocked at every width.
+     */
+    @ParameterizedTest
+    @CsvSource({"13,64,8192,2", "6,128,8192,1", "3,64,8192,2", "1,64,8192,2", "7,64,4096,2", "13,64,32768,2"})
+    void feedForwardInBlocksIsMatmulSwiGLUThenMatmul(int rows, int dim, int ffn, int threads) {
+        SplittableRandom rnd = new SplittableRandom(rows * 31L + dim * 7L + ffn);
+        WeightMatrix gate = f32Matrix("gate", random(rnd, ffn * dim), ffn, dim);
+        WeightMatrix up = f32Matrix("up", random(rnd, ffn * dim), ffn, dim);
+        WeightMatrix down = f32Matrix("down", random(rnd, dim * ffn), dim, ffn);
+        float[] x = random(rnd, rows * dim);
+        float[] blocked = new float[rows * dim];
+        float[] expected = new float[rows * dim];
+        Arrays.fill(blocked, Float.NaN);
+        try (ComputeDevice d = new CpuBackend().create(new BackendContext(threads))) {
+            int block = d.feedForwardBlock(gate, up, down);
+            int slice = CpuDevice.PANEL_SLICE_FLOATS / CpuDevice.PANEL;
+            assertEquals(slice < ffn ? slice : ffn, block, "one K slice of the down matrix's panels");
+            float[] hidden = new float[rows * block];
+            Arrays.fill(hidden, Float.NaN);
+            d.feedForward(gate, up, down, x, rows, hidden, blocked);
+            float[] whole = new float[rows * ffn];
+            d.matmulSwiGLU(gate, up, x, rows, whole);
+            d.matmul(down, whole, rows, expected);
+            assertThrows(IllegalArgumentException.class,
+                    () -> d.feedForward(gate, up, down, x, rows, new float[rows * block - 1], blocked));
+        }
+        for (int i = 0; i < expected.length; i++) {
+            assertEquals(Float.floatToRawIntBits(expected[i]), Float.floatToRawIntBits(blocked[i]),
+                    "row " + i / dim + " out " + i % dim + ": " + blocked[i] + " in blocks vs " + expected[i]);
+        }
+    }
+
+    private static WeightMatrix f32Matrix(String name, float[] values, int rows, int cols) {
+        MemorySegment data = Arena.ofAuto().allocate(4L * values.length);
+        MemorySegment.copy(values, 0, data, F32, 0, values.length);
+        return new WeightMatrix(name, new TestF32(), data, rows, cols);
     }
 
     /** The exact variant: the FP64 dot product rounded once, so within one float ulp of the FP64 value. */

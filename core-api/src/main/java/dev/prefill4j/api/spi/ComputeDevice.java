@@ -126,6 +126,55 @@ public interface ComputeDevice extends AutoCloseable {
     }
 
     /**
+     * {@return how many of the FFN's hidden columns {@link #feedForward} computes at a time for these matrices}: the
+     * width per row of the {@code hidden} buffer it needs, {@code gate.rows()} where it does not work in blocks. The
+     * default works on the whole width.
+     *
+     * @param gate gate weights {@code [ffn][dim]}
+     * @param up   up weights, the same shape as {@code gate}
+     * @param down down weights {@code [dim][ffn]}
+     * @since 1.3
+     */
+    default int feedForwardBlock(WeightMatrix gate, WeightMatrix up, WeightMatrix down) {
+        return gate.rows();
+    }
+
+    /**
+     * The whole feed-forward block: {@code out = down . swiglu(gate . x, up . x)}, with the values of {@link
+     * #matmulSwiGLU} into {@code hidden} followed by {@link #matmul} of {@code down}. A device may compute the hidden
+     * columns {@link #feedForwardBlock} at a time, the down product continuing its sums from one block to the next,
+     * so that {@code hidden} needs {@code rows * feedForwardBlock(...)} floats rather than {@code rows * ffn}: for the
+     * Llama-3.2-1B geometry at 256 rows, 2 MiB instead of 8. The default runs the two products on the whole width,
+     * in {@code hidden} where it holds {@code rows * ffn} floats and in a temporary otherwise.
+     *
+     * @param gate   gate weights {@code [ffn][dim]}
+     * @param up     up weights, the same shape as {@code gate}
+     * @param down   down weights {@code [dim][ffn]}
+     * @param x      activations {@code [rows][dim]}
+     * @param rows   activation rows
+     * @param hidden scratch of at least {@code rows * feedForwardBlock(gate, up, down)} floats; its contents after
+     *               the call are unspecified
+     * @param out    results {@code [rows][dim]}
+     * @throws IllegalArgumentException if the matrices' shapes do not chain, or {@code hidden} is too small
+     * @since 1.3
+     */
+    default void feedForward(WeightMatrix gate, WeightMatrix up, WeightMatrix down, float[] x, int rows,
+                             float[] hidden, float[] out) {
+        int ffn = gate.rows();
+        if (down.cols() != ffn) {
+            throw new IllegalArgumentException("down " + down.rows() + "x" + down.cols() + " does not take gate's "
+                    + ffn + " outputs");
+        }
+        if (hidden.length < (long) rows * feedForwardBlock(gate, up, down)) {
+            throw new IllegalArgumentException("hidden holds " + hidden.length + " floats, fewer than " + rows
+                    + " rows of " + feedForwardBlock(gate, up, down));
+        }
+        float[] h = hidden.length >= (long) rows * ffn ? hidden : new float[rows * ffn];
+        matmulSwiGLU(gate, up, x, rows, h);
+        matmul(down, h, rows, out);
+    }
+
+    /**
      * Runs {@code task.accept(i)} for {@code i < tasks} on the device's worker threads and returns when all
      * have finished. Attention kernels use it to share the device's threads.
      *
