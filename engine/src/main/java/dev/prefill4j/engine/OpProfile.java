@@ -14,8 +14,9 @@ import java.util.Map;
  * weights they read; the other steps under fixed names ({@code attention}, {@code rms_norm}, {@code rope}, {@code
  * kv_append}, {@code residual_add}, {@code finite_check}, {@code embedding}, {@code ffn_gate+up} for the fused
  * gate/up product with SwiGLU in its epilogue, {@code ffn (gate, up, down)} for the whole FFN where the device runs it
- * a block of hidden columns at a time (prefill passes of many rows, {@code ComputeDevice#feedForward}); with quantized activations {@code activation_encode} for rounding a
- * projection's input and {@code swiglu}). {@code prefill4j bench --profile} prints it per test.
+ * a block of hidden columns at a time (prefill passes of many rows, {@code ComputeDevice#feedForward}); with quantized
+ * activations {@code activation_encode} for rounding a projection's input and {@code swiglu}). {@code prefill4j bench
+ * --profile} prints it per test.
  *
  * <p>Every step is timed on the session's thread around a call that returns when all the device's threads are done,
  * so the times add up to the step's time (less the session's own bookkeeping). Two {@link System#nanoTime} calls a

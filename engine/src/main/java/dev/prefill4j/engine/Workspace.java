@@ -96,12 +96,13 @@ final class Workspace {
     final float[] k;
     final float[] v;
     /**
-     * The FFN's hidden activations (SwiGLU of gate and up; {@link Shape#hidden} columns of them at a time); before them in each layer, in its first {@code max(qDim,
-     * dim)} columns, the queries and then the output projection's result (attention reads the queries and writes into
-     * {@link #xb}, free by then): the two uses never overlap, so they share one buffer.
+     * The FFN's hidden activations (SwiGLU of gate and up; {@link Shape#hidden} columns of them at a time); before them
+     * in each layer, in its first {@code max(qDim, dim)} columns, the queries and then the output projection's result
+     * (attention reads the queries and writes into {@link #xb}, free by then): the two uses never overlap, so they
+     * share one buffer.
      */
     final float[] gate;
-    /** The FFN's output where it runs in blocks ({@link Shape#blocked}), which need their input to the end; else null. */
+    /** The FFN's output where it runs in blocks ({@link Shape#blocked}), all of which read its input; else null. */
     final float[] ffnOut;
     /** {@code null} unless the shape asks for it. */
     final float[] up;

@@ -383,16 +383,16 @@ final class CpuDevice implements ComputeDevice {
             int r = 0;
             if (panel == 4 * lanes) {
                 for (; r + 6 <= rows; r += 6) {
-                    VectorOps.kernel6x4(rowBuf, wt, len, x, r * xStride + xt, xStride, out, oo + r * outStride, outStride,
-                            t0 > 0);
+                    VectorOps.kernel6x4(rowBuf, wt, len, x, r * xStride + xt, xStride, out, oo + r * outStride,
+                            outStride, t0 > 0);
                 }
                 for (; r < rows; r++) {
                     VectorOps.kernel1x4(rowBuf, wt, len, x, r * xStride + xt, out, oo + r * outStride, t0 > 0);
                 }
             } else {
                 for (; r + 4 <= rows; r += 4) {
-                    VectorOps.kernel4x2(rowBuf, wt, len, x, r * xStride + xt, xStride, out, oo + r * outStride, outStride,
-                            t0 > 0);
+                    VectorOps.kernel4x2(rowBuf, wt, len, x, r * xStride + xt, xStride, out, oo + r * outStride,
+                            outStride, t0 > 0);
                 }
                 for (; r < rows; r++) {
                     VectorOps.kernel1x2(rowBuf, wt, len, x, r * xStride + xt, out, oo + r * outStride, t0 > 0);
@@ -470,8 +470,8 @@ final class CpuDevice implements ComputeDevice {
     }
 
     /**
-     * One K slice of the down matrix's panel plan (2,048 columns with 16 lanes, 4,096 with 8) where the FFN is
-     * wider than that and every product of it runs on panels; otherwise the whole width.
+     * One K slice of the down matrix's panel plan (2,048 columns with 16 lanes, 8,192 with 8, 16,384 with 4) where
+     * the FFN is wider than that and every product of it runs on panels; otherwise the whole width.
      */
     @Override
     public int feedForwardBlock(WeightMatrix gate, WeightMatrix up, WeightMatrix down) {
