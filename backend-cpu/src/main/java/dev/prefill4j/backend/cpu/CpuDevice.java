@@ -206,7 +206,7 @@ final class CpuDevice implements ComputeDevice {
         float[] prepared = prepare(preparedBuffer, format, x, rows, k);
         if (rows == 1 && k >= ROWS_MIN_COLS) {
             // A task's long rows in one call, which a format may multiply several at a time (Quantizer.dotPreparedRows).
-            int run = outputRun(n);
+            int run = rowsRun(n, rowBytes);
             parallelFor((n + run - 1) / run, t -> {
                 int o = t * run;
                 format.dotPreparedRows(data, rowBytes * o, rowBytes, Math.min(run, n - o), x, 0, prepared, 0, k, out, o);
@@ -277,6 +277,26 @@ final class CpuDevice implements ComputeDevice {
     /** {@return how many consecutive outputs a decode-step task takes: up to 64, at least eight tasks a thread} */
     private int outputRun(int n) {
         return Math.max(1, Math.min(64, n / (8 * threads)));
+    }
+
+    /** The weight bytes a decode task's run of long rows aims at ({@link #rowsRun}). */
+    private static final long ROWS_TASK_BYTES = 512 * 1024;
+
+    /**
+     * {@return how many consecutive rows of {@code rowBytes} a decode-step task takes through {@code
+     * dotPreparedRows}}: about {@value #ROWS_TASK_BYTES} bytes of weights, 64 rows at least and 256 at most, and at
+     * least four tasks a thread. Formats that multiply four rows at a time take them a quarter of the run apart, so a
+     * run is four streams of a quarter of its rows each; with 64-row runs for every matrix, 2,048-element Q8_0 rows
+     * made streams of 35 KiB. In-process harness (rows of the 1B Q8_0 file streamed, two threads, alternating
+     * processes): 256-row calls 32.2, 26.6, 26.8 GB/s against 21.8, 18.9, 23.2 for 64-row calls. {@code bench -p 16
+     * -n 32 -r 2 --profile}, 64-row runs against this rule, alternating (2026-12-04): Q8_0 tg32 15.55, 15.79, 16.51
+     * -> 14.70, 18.13, 18.10 tok/s; F16 11.83, 12.90, 13.16 -> 14.00, 13.36, 15.20 (and 256 rows for every matrix
+     * against 64: Q8_0 5 of 8 pairs faster, median 1.08x, its 8,704-byte {@code ffn_down} rows no faster; F16 4 of 7
+     * slower, its 16 KiB {@code ffn_down} rows slower: hence bytes, not rows).
+     */
+    private int rowsRun(int n, long rowBytes) {
+        long want = Math.max(64, Math.min(256, ROWS_TASK_BYTES / rowBytes));
+        return (int) Math.max(1, Math.min(want, n / (4 * threads)));
     }
 
     /** Runs {@code perOutput} for outputs {@code 0..n-1} on the workers, in tasks of consecutive outputs, several per thread. */
@@ -425,7 +445,8 @@ final class CpuDevice implements ComputeDevice {
             int ul = uf.preparedActivations(k);
             float[] gp = prepare(preparedBuffer, gf, x, rows, k);
             float[] upr = uf == gf ? gp : prepare(upPreparedBuffer, uf, x, rows, k);
-            int run = outputRun(n);
+            int run = rows == 1 && k >= ROWS_MIN_COLS ? rowsRun(n, Math.max(gate.rowBytes(), up.rowBytes()))
+                    : outputRun(n);
             if (rows == 1 && k >= ROWS_MIN_COLS) {
                 parallelFor((n + run - 1) / run, t -> {
                     int o0 = t * run;
