@@ -479,15 +479,23 @@ final class CpuDevice implements ComputeDevice {
         }
         PanelPlan gatePlan = new PanelPlan(gate, panel);
         PanelPlan upPlan = new PanelPlan(up, panel);
-        parallelFor(n / panel, pi -> {
-            int o0 = pi * panel;
-            float[] tile = buffer(epilogueBuffer, rows * panel);
-            panelProduct(gate, gatePlan, x, rows, o0, out, o0, n);
-            panelProduct(up, upPlan, x, rows, o0, tile, 0, panel);
-            for (int r = 0; r < rows; r++) {
-                VectorOps.swiglu(out, r * n + o0, tile, r * panel, panel);
-            }
-        });
+        parallelFor(n / panel, pi -> swiGLUPanel(gate, gatePlan, up, upPlan, x, rows, pi * panel, out, pi * panel, n));
+    }
+
+    /**
+     * One panel of the fused gate/up product: gate's outputs {@code o0..o0+panel} into {@code out} ({@code oo},
+     * {@code outStride} a row), up's into the thread's {@code [rows][panel]} tile, then SwiGLU of the two into {@code
+     * out}.
+     */
+    private void swiGLUPanel(WeightMatrix gate, PanelPlan gatePlan, WeightMatrix up, PanelPlan upPlan, float[] x,
+            int rows, int o0, float[] out, int oo, int outStride) {
+        int panel = gatePlan.panel();
+        float[] tile = buffer(epilogueBuffer, rows * panel);
+        panelProduct(gate, gatePlan, x, rows, o0, out, oo, outStride);
+        panelProduct(up, upPlan, x, rows, o0, tile, 0, panel);
+        for (int r = 0; r < rows; r++) {
+            VectorOps.swiglu(out, r * outStride + oo, tile, r * panel, panel);
+        }
     }
 
     /**
@@ -531,15 +539,8 @@ final class CpuDevice implements ComputeDevice {
         PanelPlan downPlan = new PanelPlan(down, panel);
         for (int j0 = 0; j0 < ffn; j0 += block) {
             int j = j0;
-            parallelFor(block / panel, pi -> {
-                int o0 = j + pi * panel;
-                float[] tile = buffer(epilogueBuffer, rows * panel);
-                panelProduct(gate, gatePlan, x, rows, o0, hidden, pi * panel, block);
-                panelProduct(up, upPlan, x, rows, o0, tile, 0, panel);
-                for (int r = 0; r < rows; r++) {
-                    VectorOps.swiglu(hidden, r * block + pi * panel, tile, r * panel, panel);
-                }
-            });
+            parallelFor(block / panel, pi -> swiGLUPanel(gate, gatePlan, up, upPlan, x, rows, j + pi * panel, hidden,
+                    pi * panel, block));
             parallelFor(dim / panel, pi -> panelProduct(down, downPlan, hidden, block, rows, pi * panel, out,
                     pi * panel, dim, j, j + block));
         }
