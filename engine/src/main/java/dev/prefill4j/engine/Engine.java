@@ -115,7 +115,9 @@ public final class Engine implements AutoCloseable {
         if (isGguf(model)) {
             GgufFile f = GgufFile.open(model);
             try {
-                return LlamaModel.bind(f, false, registry, f);
+                LlamaModel m = LlamaModel.bind(f, false, registry, f);
+                f.unloadHeader(); // the tokenizer holds what it needs; metadata look-ups read the file again
+                return m;
             } catch (RuntimeException e) {
                 f.close();
                 throw e;
