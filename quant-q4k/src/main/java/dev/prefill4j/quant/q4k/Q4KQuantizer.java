@@ -102,7 +102,11 @@ public final class Q4KQuantizer implements Quantizer {
      * to ints with zero extension, so the high one is a plain shift), times {@code d * scale} into one of two
      * accumulators; the minimum terms {@code -dmin * min * sum(x)} of a super-block come from the prepared sums of
      * activations in one vector product ({@link #prepareActivations}); lanes are added in a fixed order at the end.
-     * The row is staged once. Against summing {@code x} per sub-block here, as every row did before the backend
+     * The row is staged once: read in place instead, as the Q6_K dot reads its super-blocks (each 16-byte header
+     * copied to a small array for {@link KQuants#scalesAndMins}, which compiled too large to inline on a segment), it
+     * ran slower, {@code bench -m 1b-q4_k_m.gguf -p 16 -n 32 -r 2 --profile}, three alternating pairs: {@code
+     * ffn_gate+up} 10.5, 9.0, 9.1 against 13.7, 12.5, 13.0 GB/s, tg32 14.66, 12.62, 12.88 against 17.60, 16.07, 17.37
+     * tok/s (Zen 5 VM, 2026-12-04). Against summing {@code x} per sub-block here, as every row did before the backend
      * prepared the sums once per matrix product: 1.52x per 2,048-element row (median of 15 in-process A/B rounds, for
      * 256 rows, in L2, and for 8,192). The eight scales and mins of a super-block are unpacked together first ({@link
      * KQuants#scalesAndMins}).
