@@ -494,8 +494,9 @@ final class VectorOps {
      * 8 accumulators, the two weight vectors and the four broadcasts that C2 schedules ahead of the FMAs, 14 registers
      * (with six rows, 12 accumulators, C2 kept some of them on the stack in some compilations: 5 of the 12 in a GEMM
      * harness, where this kernel ran 1.28x and 1.59x the six-row one on the gate GEMM and 1.20-1.21x on whole pp512,
-     * alternating in ABBA order; the six-row one was faster on the down projection alone, see the README). Same order
-     * of accumulation and {@code add} as {@link #kernel6x4}; the panel is {@code wt[wo + t * 2L + i]}.
+     * alternating in ABBA order; the six-row one was faster on the down projection alone, see
+     * docs/performance-notes.md, Kernels). Same order of accumulation and {@code add} as {@link #kernel6x4}; the panel
+     * is {@code wt[wo + t * 2L + i]}.
      */
     static void kernel4x2(float[] wt, int wo, int k, float[] x, int xo, int xStride, float[] out, int oo,
                           int outStride, boolean add) {

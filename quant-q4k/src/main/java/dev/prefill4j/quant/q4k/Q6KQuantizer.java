@@ -253,12 +253,12 @@ public final class Q6KQuantizer implements Quantizer {
      * {@link #dotPrepared}'s packed form for 16 float lanes: 64 levels at a time in the bytes of int lanes, the levels
      * of ql bytes 0-31 of a half in lanes 0-7 and those of bytes 32-63 in lanes 8-15, with the half's 32 qh bytes in
      * both (one lane permute) shifted by 0 and 2 per lane, so that the same masks and shifts as the 8-lane form join
-     * all four parts; the scales of groups 0-3 and 4-7 of the half, four lanes each, by two lane permutes. Against
-     * the fused form it replaced (bits joined per 16 levels in int lanes, each group's scale broadcast), this form
-     * with its lane tree written out, one thread on a Zen 5 VM (AVX-512, 2026-12-02), 2,048-element rows, four pairs
-     * of processes, medians of 24 timings: 15.1 against 10.4 G weights/s in L2, 14.3 against 9.0 streamed from
-     * memory (README, Status; decode on the 1B files in README, Benchmarks). Written out in one method, as the
-     * 8-lane form is: the same arithmetic through helpers that take and return vectors compiled to boxed vectors
+     * all four parts; the scales of groups 0-3 and 4-7 of the half, four lanes each, by two lane permutes. Against the
+     * fused form it replaced (bits joined per 16 levels in int lanes, each group's scale broadcast), this form with its
+     * lane tree written out, one thread on a Zen 5 VM (AVX-512, 2026-12-02), 2,048-element rows, four pairs of
+     * processes, medians of 24 timings: 15.1 against 10.4 G weights/s in L2, 14.3 against 9.0 streamed from memory
+     * (docs/performance-notes.md: Kernels; decode of the 1B files under Against llama.cpp). Written out in one method,
+     * as the 8-lane form is: the same arithmetic through helpers that take and return vectors compiled to boxed vectors
      * (allocations in the loop, seen in C2's code) and ran at 0.83x. The four levels in a lane's bytes belong to one
      * scale group, so their products with the activations are added first and then scaled by one FMA: ten multiplies
      * and FMAs a half where there were sixteen. JMH {@code Matmul -p format=q6_k -p rows=1 -p threads=1}, three
