@@ -3,6 +3,8 @@ package dev.prefill4j.engine.gguf;
 import static org.junit.jupiter.api.Assertions.assertArrayEquals;
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertThrows;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+import static org.junit.jupiter.api.Assumptions.assumeTrue;
 
 import dev.prefill4j.api.PrefillException;
 import dev.prefill4j.engine.TestModels;
@@ -85,7 +87,7 @@ class GgufWriterTest {
     @Test
     void unloadingTheHeaderDropsItsPagesAndKeepsItsValues() throws Exception {
         Path status = Path.of("/proc/self/status");
-        org.junit.jupiter.api.Assumptions.assumeTrue(Files.isReadable(status) && mappedKiB(status) >= 0,
+        assumeTrue(Files.isReadable(status) && mappedKiB(status) >= 0,
                 "needs Linux's /proc/self/status with RssFile and RssShmem");
         String[] pieces = new String[1 << 19];
         for (int i = 0; i < pieces.length; i++) {
@@ -104,7 +106,7 @@ class GgufWriterTest {
             long before = mappedKiB(status);
             f.unloadHeader();
             long after = mappedKiB(status);
-            org.junit.jupiter.api.Assertions.assertTrue(before - after >= headerKiB * 3 / 4,
+            assertTrue(before - after >= headerKiB * 3 / 4,
                     "RssFile + RssShmem " + before + " -> " + after + " KiB; the header is " + headerKiB + " KiB");
             assertEquals(List.of(pieces), List.copyOf(f.requireStrings("tokenizer.ggml.tokens")));
             assertArrayEquals(data, f.tensor("t").orElseThrow().data()
