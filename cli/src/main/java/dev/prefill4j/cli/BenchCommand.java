@@ -29,19 +29,30 @@ import picocli.CommandLine.Option;
 
 /**
  * {@code prefill4j bench}: prompt processing (ppN) and generation (tgN) speed in the manner of llama-bench: a
- * warm-up, then {@code -r} timed repetitions, each in a fresh session over deterministic random token ids; with the
- * machine's measured FMA peak and read bandwidth, achieved GFLOP/s, bytes per decoded token, peak resident memory,
- * and a verification label from an FP64 reference run of the same configuration.
+ * warm-up (a tg test's of at least {@link #TG_WARM_UP_TOKENS} steps), then {@code -r} timed repetitions, each in a
+ * fresh session over deterministic random token ids; with the machine's measured FMA peak and read bandwidth,
+ * achieved GFLOP/s, bytes per decoded token, peak resident memory, and a verification label from an FP64 reference
+ * run of the same configuration.
  */
 @Command(name = "bench", mixinStandardHelpOptions = true, sortOptions = false,
         description = {"Measure prompt processing (ppN: prefill N tokens) and text generation (tgN: N decode steps) "
-                + "in tokens per second, llama-bench style: one warm-up, then -r repetitions; prints mean, standard "
-                + "deviation and median, achieved GFLOP/s against this machine's measured FP32 FMA peak, bytes read per "
-                + "decoded token against measured read bandwidth, peak resident memory, and whether the configuration "
-                + "matches the scalar FP64 reference on a short prompt.",
+                + "in tokens per second, llama-bench style: one warm-up (for tgN at least 64 decode steps, so that "
+                + "the JIT has compiled the decode path), then -r repetitions; prints mean, standard deviation and "
+                + "median, achieved GFLOP/s against this machine's measured FP32 FMA peak, bytes read per decoded token "
+                + "against measured read bandwidth, peak resident memory, and whether the configuration matches the "
+                + "scalar FP64 reference on a short prompt.",
                 "Without -m it benchmarks a synthetic model the engine generates in memory: by default the "
                 + "Llama-3.2-1B geometry in Q4_0 (--synthetic llama-1b --type q4_0; about 20 s to generate)."})
 final class BenchCommand implements Callable<Integer> {
+    /**
+     * Decode steps of a tg test's warm-up, at least: the per-step path (the session's projections, RoPE, attention's
+     * tasks, the device's dispatch) runs a few hundred calls a token, and a warm-up of 16 steps left C2 compiling
+     * parts of it during the timed runs (seen with {@code -XX:+PrintCompilation}), on a core the decode needs. On the
+     * 1B TQ2_0 file (Zen 5 VM, 2026-12-04) tg16 read 33.7 and 38.9 tok/s with 16 warm-up steps where tg64 read 40.8
+     * and 41.1; with 64 warm-up steps, 40.3 against tg64's 40.6.
+     */
+    static final int TG_WARM_UP_TOKENS = 64;
+
     @Mixin
     EngineOptions engine;
 
@@ -135,7 +146,8 @@ final class BenchCommand implements Callable<Integer> {
                 largestKvBytes = Math.max(largestKvBytes, (long) c.layers() * 2 * ctx * base.kvType().rowBytes(c.kvDim()));
                 for (int r = -1; r < reps; r++) {
                     System.err.printf("\rbench %s: %s %d/%d ", test, r < 0 ? "warm-up" : "run", Math.max(0, r + 1), reps);
-                    int[] ids = new SplittableRandom(42 + r).ints(n, 3, c.vocab()).toArray();
+                    int[] ids = new SplittableRandom(42 + r).ints(r < 0 ? warmUpTokens(pp, n, ctx) : n, 3, c.vocab())
+                            .toArray();
                     if (r >= 0) {
                         peaks[r] = e.device().measurePeakGflops();
                     }
@@ -173,6 +185,7 @@ final class BenchCommand implements Callable<Integer> {
                 row.put("kv_type", base.kvType().name().toLowerCase(Locale.ROOT).replace('_', '-'));
                 row.put("activations", base.activations().name().toLowerCase(Locale.ROOT).replace('_', '-'));
                 row.put("chunk", e.chunkSize(model, base.withContextLength(ctx)));
+                row.put("warm_up_tokens", warmUpTokens(pp, n, ctx));
                 row.put("test", test);
                 row.put("tokens_per_s_mean", mean);
                 row.put("tokens_per_s_sd", sd);
@@ -508,6 +521,14 @@ final class BenchCommand implements Callable<Integer> {
         row.put("tokens_per_s_median", tps);
         row.put("gflops", model.config().flops(plain.promptIds().length, n, n) * tps / n / 1e9);
         return row;
+    }
+
+    /**
+     * Tokens of a test's warm-up: a pp test's own length; a tg test's too, but at least {@link #TG_WARM_UP_TOKENS}
+     * where the session's context {@code ctx} holds that many.
+     */
+    static int warmUpTokens(boolean pp, int n, int ctx) {
+        return pp ? n : Math.max(n, Math.min(TG_WARM_UP_TOKENS, ctx - 1));
     }
 
     private static double median(double[] v) {

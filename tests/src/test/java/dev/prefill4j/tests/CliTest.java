@@ -286,6 +286,13 @@ class CliTest {
             assertTrue(peak >= Double.parseDouble(runs.group(1)), r.out());
         }
         assertEquals(2, found, r.out());
+        // A pp test warms up with its own prompt; a tg test with at least 64 decode steps (the JIT's warm-up).
+        var warmUps = java.util.regex.Pattern.compile("\"warm_up_tokens\": ([0-9]+)").matcher(r.out());
+        List<Integer> tokens = new java.util.ArrayList<>();
+        while (warmUps.find()) {
+            tokens.add(Integer.parseInt(warmUps.group(1)));
+        }
+        assertEquals(List.of(16, 64), tokens, r.out());
     }
 
     /**
