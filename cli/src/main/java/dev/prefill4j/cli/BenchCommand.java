@@ -36,11 +36,12 @@ import picocli.CommandLine.Option;
  */
 @Command(name = "bench", mixinStandardHelpOptions = true, sortOptions = false,
         description = {"Measure prompt processing (ppN: prefill N tokens) and text generation (tgN: N decode steps) "
-                + "in tokens per second, llama-bench style: one warm-up (for tgN at least 64 decode steps, so that "
-                + "the JIT has compiled the decode path), then -r repetitions; prints mean, standard deviation and "
-                + "median, achieved GFLOP/s against this machine's measured FP32 FMA peak, bytes read per decoded token "
-                + "against measured read bandwidth, peak resident memory, and whether the configuration matches the "
-                + "scalar FP64 reference on a short prompt.",
+                + "in tokens per second, llama-bench style: one warm-up (for tgN at least "
+                + BenchCommand.TG_WARM_UP_TOKENS + " decode steps, so that the JIT has compiled the decode path), then "
+                + "-r repetitions; prints mean, standard deviation and median, achieved GFLOP/s against this "
+                + "machine's measured FP32 FMA peak, bytes read per decoded token against measured read bandwidth, "
+                + "peak resident memory, and whether the configuration matches the scalar FP64 reference on a short "
+                + "prompt.",
                 "Without -m it benchmarks a synthetic model the engine generates in memory: by default the "
                 + "Llama-3.2-1B geometry in Q4_0 (--synthetic llama-1b --type q4_0; about 20 s to generate)."})
 final class BenchCommand implements Callable<Integer> {
@@ -144,10 +145,10 @@ final class BenchCommand implements Callable<Integer> {
                 long timedNanos = 0;
                 int ctx = Math.min(c.contextLength(), Math.max(n + 1, 512));
                 largestKvBytes = Math.max(largestKvBytes, (long) c.layers() * 2 * ctx * base.kvType().rowBytes(c.kvDim()));
+                int warmUp = warmUpTokens(pp, n, ctx);
                 for (int r = -1; r < reps; r++) {
                     System.err.printf("\rbench %s: %s %d/%d ", test, r < 0 ? "warm-up" : "run", Math.max(0, r + 1), reps);
-                    int[] ids = new SplittableRandom(42 + r).ints(r < 0 ? warmUpTokens(pp, n, ctx) : n, 3, c.vocab())
-                            .toArray();
+                    int[] ids = new SplittableRandom(42 + r).ints(r < 0 ? warmUp : n, 3, c.vocab()).toArray();
                     if (r >= 0) {
                         peaks[r] = e.device().measurePeakGflops();
                     }
@@ -185,7 +186,7 @@ final class BenchCommand implements Callable<Integer> {
                 row.put("kv_type", base.kvType().name().toLowerCase(Locale.ROOT).replace('_', '-'));
                 row.put("activations", base.activations().name().toLowerCase(Locale.ROOT).replace('_', '-'));
                 row.put("chunk", e.chunkSize(model, base.withContextLength(ctx)));
-                row.put("warm_up_tokens", warmUpTokens(pp, n, ctx));
+                row.put("warm_up_tokens", warmUp);
                 row.put("test", test);
                 row.put("tokens_per_s_mean", mean);
                 row.put("tokens_per_s_sd", sd);

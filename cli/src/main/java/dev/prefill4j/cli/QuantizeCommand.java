@@ -18,8 +18,9 @@ import picocli.CommandLine.Parameters;
 @Command(name = "quantize", mixinStandardHelpOptions = true,
         description = {"Quantize a GGUF model the way llama-quantize does (no importance matrix): the same per-tensor "
                 + "type choice and byte-identical tensor data, in a file llama.cpp loads.",
-                "Types: q4_0, q5_0, q8_0, q4_k_m, q4_k_s, q6_k, tq1_0, tq2_0 (ternary, with the quant-bitnet module), f16, "
-                + "bf16, f32, or any ggml type a format module provides (e.g. q4_1 from examples/custom-format)."})
+                "Types: q4_0, q5_0, q8_0, q4_k_m, q4_k_s, q6_k, tq1_0, tq2_0 (ternary, with the quant-bitnet "
+                + "module), f16, bf16, f32, or any ggml type a format module provides (e.g. q4_1 from "
+                + "examples/custom-format)."})
 final class QuantizeCommand implements Callable<Integer> {
     @Parameters(index = "0", paramLabel = "IN", description = "Input GGUF.")
     Path input;
