@@ -166,7 +166,7 @@ final class Ternary {
     }
 
     /** {@return 16-bit lanes of the Q8_K codes {@code e..} of the block at {@code ao}} */
-    static ShortVector codes(MemorySegment act, long ao, int e) {
+    private static ShortVector codes(MemorySegment act, long ao, int e) {
         return (ShortVector) ByteVector.fromMemorySegment(SHORT_LANES, act, ao + 4 + e, ByteOrder.LITTLE_ENDIAN)
                 .convertShape(VectorOperators.B2S, SHORTS, 0);
     }

@@ -42,7 +42,15 @@ abstract sealed class TernaryQuantizer implements Quantizer permits TQ1_0Quantiz
 
     @Override
     public final double dotEncoded(MemorySegment src, long offset, MemorySegment act, long actOffset, int count) {
-        int blocks = blocks(count);
+        return dotEncodedRow(src, offset, blocks(count), act, actOffset);
+    }
+
+    /**
+     * The integer dot product of {@code blocks} blocks at {@code offset} with Q8_K activations; by default the row is
+     * staged into an array and multiplied over its unpacked trits ({@link #dotQ8K}). A format that overrides it must
+     * give the same value (the block sums are exact, so any order of the additions within a block does).
+     */
+    double dotEncodedRow(MemorySegment src, long offset, int blocks, MemorySegment act, long actOffset) {
         return dotQ8K(Blocks.stage(src, offset, blocks * blockBytes()), blocks, act, actOffset);
     }
 
