@@ -50,6 +50,14 @@ public final class Engine implements AutoCloseable {
     private final Workspace.Pool workspaces = new Workspace.Pool();
     /** Weight formats whose decode products {@link ComputeDevice#warmUp} has readied on this engine's device. */
     private final Set<Quantizer> warmedUp = ConcurrentHashMap.newKeySet();
+    /** Formats whose one-row {@code decode} this engine has run until compiled ({@link #warmUp}). */
+    private final Set<Quantizer> decodeWarmedUp = ConcurrentHashMap.newKeySet();
+    /**
+     * Rows decoded to ready an embedding format's {@code decode}, the first {@value #WARM_UP_EMBEDDING_ROWS} rows
+     * over and over: enough calls for C2 to compile it (see {@link #warmUp}).
+     */
+    private static final int WARM_UP_EMBEDDING_DECODES = 2048;
+    private static final int WARM_UP_EMBEDDING_ROWS = 64;
 
     private Engine(Builder b) {
         this.registry = b.registry != null ? b.registry : PluginRegistry.load();
@@ -187,7 +195,8 @@ public final class Engine implements AutoCloseable {
     /**
      * Opens a session with an empty KV cache. The first session of a model whose output matrix is in a format this
      * engine has not met yet also readies its one-row products on the device ({@link ComputeDevice#warmUp}): on the
-     * CPU that compiles them, a second or two that the first output projection would otherwise spend.
+     * CPU that compiles them, a second or two that the first output projection would otherwise spend; likewise the
+     * embedding lookup's row decoding.
      *
      * @param model   the model
      * @param options KV type, context and chunk sizes
@@ -274,12 +283,27 @@ public final class Engine implements AutoCloseable {
      * prefill's last position), when the whole model has just become resident; the layers' formats first run one row
      * at a time in decode steps. Readying the layers' formats too measured no lower a peak (852.1-853.8 MiB against
      * 846.6-850.5 for the output's alone, {@code bench -m 1b-q4_0.gguf -p 512}, separate runs).
+     *
+     * <p>Also, once per format, the embedding's {@code decode} of one row, the first thing every step runs: where no
+     * layer shares the embedding's format (Q6_K beside Q4_0 or TQ2_0 layers) nothing else runs that method, and a few
+     * hundred calls a run left it in the interpreter and C1 with the Vector API's objects allocated: {@code bench -m
+     * 1b-tq2_0.gguf -p 16 -n 64 -r 2 --profile} put the lookup at 0.22-0.33 ms a token (1% of a decode step; Q4_0
+     * file 0.25), against 0.005 once readied (as in the Q8_0 and Q4_K_M files, whose prefill runs it); the
+     * {@value #WARM_UP_EMBEDDING_DECODES} rows cost no measurable time in a run of {@code bench}.
      */
     private void warmUp(LlamaModel model, Map<Quantizer, Quantizer> activationFormats) {
         WeightMatrix output = model.output();
         Quantizer format = output.format();
         if (!activationFormats.containsKey(format) && warmedUp.add(format)) {
             device.warmUp(List.of(output));
+        }
+        WeightMatrix embedding = model.embedding();
+        if (decodeWarmedUp.add(embedding.format())) {
+            float[] row = new float[embedding.cols()];
+            int rows = Math.min(WARM_UP_EMBEDDING_ROWS, embedding.rows());
+            for (int i = 0; i < WARM_UP_EMBEDDING_DECODES; i++) {
+                embedding.format().decode(embedding.data(), embedding.rowBytes() * (i % rows), row, 0, row.length);
+            }
         }
     }
 
