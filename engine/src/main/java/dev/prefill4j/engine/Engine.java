@@ -288,8 +288,9 @@ public final class Engine implements AutoCloseable {
      * layer shares the embedding's format (Q6_K beside Q4_0 or TQ2_0 layers) nothing else runs that method, and a few
      * hundred calls a run left it in the interpreter and C1 with the Vector API's objects allocated: {@code bench -m
      * 1b-tq2_0.gguf -p 16 -n 64 -r 2 --profile} put the lookup at 0.22-0.33 ms a token (1% of a decode step; Q4_0
-     * file 0.25), against 0.005 once readied (as in the Q8_0 and Q4_K_M files, whose prefill runs it); the
-     * {@value #WARM_UP_EMBEDDING_DECODES} rows cost no measurable time in a run of {@code bench}.
+     * file 0.25), against 0.005 once readied (as in the Q8_0 and Q4_K_M files, whose prefill runs it). The whole of
+     * {@code bench -m 1b-tq2_0.gguf -p 16 -n 1 -r 1} took 7.51 and 7.91 s with the {@value #WARM_UP_EMBEDDING_DECODES}
+     * rows, 7.31 and 7.84 without.
      */
     private void warmUp(LlamaModel model, Map<Quantizer, Quantizer> activationFormats) {
         WeightMatrix output = model.output();
