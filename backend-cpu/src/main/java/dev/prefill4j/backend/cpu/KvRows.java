@@ -14,7 +14,7 @@ import jdk.incubator.vector.VectorSpecies;
  * Decodes one KV head's slice of a page's rows into float arrays for the attention kernel, row-major or in blocks of
  * the head dimension. Q8_0 rows go through the Vector API (int8 lanes widened to float, times the block scale), the
  * same products as {@link KVElementType#decode}, so results are identical to it; F32 is a copy; F16 uses the JDK's
- * float16 conversion.
+ * float16 conversion over the whole tile at once ({@link #f16}).
  */
 final class KvRows {
     /** Elements per chunk of a decoded row: the unit of {@link #decodeBlocked}'s layout. */
@@ -22,6 +22,11 @@ final class KvRows {
     /** Eight int8 lanes, and the eight float lanes they widen to: one chunk. */
     private static final VectorSpecies<Byte> BYTES8 = ByteVector.SPECIES_64;
     private static final VectorSpecies<Float> FLOATS8 = FloatVector.SPECIES_256;
+
+    /** A tile's F16 elements, staged for {@link #f16}. */
+    private static final ThreadLocal<short[]> HALVES = ThreadLocal.withInitial(() -> new short[0]);
+    /** A tile's elements as floats, before {@link #f16} lays them out in chunks. */
+    private static final ThreadLocal<float[]> CONVERTED = ThreadLocal.withInitial(() -> new float[0]);
 
     private KvRows() {
     }
@@ -56,6 +61,10 @@ final class KvRows {
                                int rowStride, int chunkStride, float[] tmp) {
         KVElementType type = page.elementType();
         long rowBytes = type.rowBytes(page.kvDim());
+        if (type == KVElementType.F16) {
+            f16(src, rowBytes, first, rows, from, count, dst, rowStride, chunkStride);
+            return;
+        }
         boolean q8 = type == KVElementType.Q8_0 && from % 32 == 0 && count % 32 == 0;
         for (int j = 0; j < rows; j++) {
             long rowOffset = rowBytes * (first + j);
@@ -77,6 +86,53 @@ final class KvRows {
                 for (int e = 0; e < count; e++) {
                     dst[off + e / CHUNK * chunkStride + e % CHUNK] = tmp[e];
                 }
+            }
+        }
+    }
+
+    /**
+     * F16 rows as {@link #decode} lays them out: the rows' halves copied into one array, converted in one plain loop
+     * (C2 compiles it to the float16 conversion instruction over vectors; converted element by element from the
+     * segment, a row's slice at a time, it stayed scalar at 0.6 ns an element, most of a decode step's attention), then,
+     * unless the layout is row-major, moved into place a chunk at a time. The conversion is {@link
+     * Float#float16ToFloat}'s, as {@link KVElementType#decode}'s. On the 1B TQ2_0 file ({@code bench --profile},
+     * alternating processes): attention 1.02-1.24 to 0.46-0.55 ms a token in tg128 (three pairs), 0.21-0.23 to 0.15
+     * in pp512 (two pairs); decode at depth 4,096 ({@code --context 4096}, one run each) 9.48 to 18.45 tokens/s.
+     */
+    private static void f16(MemorySegment src, long rowBytes, int first, int rows, int from, int count, float[] dst,
+                            int rowStride, int chunkStride) {
+        int n = rows * count;
+        short[] h = HALVES.get();
+        if (h.length < n) {
+            h = new short[n];
+            HALVES.set(h);
+        }
+        for (int j = 0; j < rows; j++) {
+            MemorySegment.copy(src, Blocks.I16, rowBytes * (first + j) + 2L * from, h, j * count, count);
+        }
+        boolean rowMajor = rowStride == count && chunkStride == CHUNK;
+        float[] f = dst;
+        if (!rowMajor) {
+            f = CONVERTED.get();
+            if (f.length < n) {
+                f = new float[n];
+                CONVERTED.set(f);
+            }
+        }
+        for (int i = 0; i < n; i++) {
+            f[i] = Float.float16ToFloat(h[i]);
+        }
+        if (rowMajor) {
+            return;
+        }
+        for (int j = 0; j < rows; j++) {
+            int off = j * rowStride;
+            int e = 0;
+            for (; e + CHUNK <= count; e += CHUNK) {
+                FloatVector.fromArray(FLOATS8, f, j * count + e).intoArray(dst, off + e / CHUNK * chunkStride);
+            }
+            for (; e < count; e++) {
+                dst[off + e / CHUNK * chunkStride + e % CHUNK] = f[j * count + e];
             }
         }
     }
