@@ -82,8 +82,10 @@ public final class CpuAttention implements Attention {
          * {@code w[u * span * L + j * L + lane]}.
          */
         float[] w = new float[0];
-        /** One decoded row of a head. */
-        float[] row = new float[0];
+        /** A tile's rows of one head decoded before {@link KvRows#decodeBlocked} lays them out. */
+        float[] rows = new float[0];
+        /** A tile's F16 elements of one head, staged for {@link KvRows}. */
+        short[] halves = new short[0];
         /** Per lane of a block: how far into the tile the row sees (last visible position - tile start). */
         final float[] last = new float[2 * L];
         /** Per lane of a block: the tile's rescaling of the row's accumulator. */
@@ -113,8 +115,9 @@ public final class CpuAttention implements Attention {
                 k = new float[positions * hd];
                 v = new float[positions * blocked];
             }
-            if (row.length < hd) {
-                row = new float[hd];
+            if (rows.length < positions * hd) {
+                rows = new float[positions * hd];
+                halves = new short[positions * hd];
             }
             if (w.length < positions * 2 * L) {
                 w = new float[positions * 2 * L];
@@ -372,8 +375,8 @@ public final class CpuAttention implements Attention {
         int first = page.firstPosition() + t0;
         int span = (n + STEP - 1) / STEP * STEP;
         s.ensure(span, hd);
-        KvRows.decode(page.keys(), page, t0, n, kvh * hd, hd, s.k);
-        KvRows.decodeBlocked(page.values(), page, t0, n, kvh * hd, hd, s.v, span, s.row);
+        KvRows.decode(page.keys(), page, t0, n, kvh * hd, hd, s.k, s.halves);
+        KvRows.decodeBlocked(page.values(), page, t0, n, kvh * hd, hd, s.v, span, s.rows, s.halves);
         Arrays.fill(s.k, n * hd, span * hd, 0f);
         for (int b = 0; b < (hd + STEP - 1) / STEP; b++) {
             Arrays.fill(s.v, (b * span + n) * STEP, (b + 1) * span * STEP, 0f);

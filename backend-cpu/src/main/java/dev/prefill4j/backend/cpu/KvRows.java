@@ -23,31 +23,28 @@ final class KvRows {
     private static final VectorSpecies<Byte> BYTES8 = ByteVector.SPECIES_64;
     private static final VectorSpecies<Float> FLOATS8 = FloatVector.SPECIES_256;
 
-    /** A tile's F16 elements, staged for {@link #f16}. */
-    private static final ThreadLocal<short[]> HALVES = ThreadLocal.withInitial(() -> new short[0]);
-    /** A tile's elements as floats, before {@link #f16} lays them out in chunks. */
-    private static final ThreadLocal<float[]> CONVERTED = ThreadLocal.withInitial(() -> new float[0]);
-
     private KvRows() {
     }
 
     /**
      * Elements {@code [from, from + count)} of rows {@code first + j}, {@code j < rows}, of a page's keys or values
-     * ({@code src}, one of the page's segments) into {@code dst[j * count + d]}.
+     * ({@code src}, one of the page's segments) into {@code dst[j * count + d]}. {@code halves} holds at least
+     * {@code rows * count} elements (F16 rows are staged there).
      */
-    static void decode(MemorySegment src, KVPage page, int first, int rows, int from, int count, float[] dst) {
-        decode(src, page, first, rows, from, count, dst, count, CHUNK, null);
+    static void decode(MemorySegment src, KVPage page, int first, int rows, int from, int count, float[] dst,
+                       short[] halves) {
+        decode(src, page, first, rows, from, count, dst, count, CHUNK, null, halves);
     }
 
     /**
      * Like {@link #decode}, but in chunks of {@link #CHUNK} elements laid out chunk by chunk: element {@code d} of row
      * {@code j} goes to {@code dst[(d / CHUNK) * span * CHUNK + j * CHUNK + d % CHUNK]} (a chunk of the head dimension
-     * is contiguous over the positions, so the attention kernel walks it with a constant stride). {@code tmp} holds
-     * at least {@code count} floats.
+     * is contiguous over the positions, so the attention kernel walks it with a constant stride). {@code tmp} and
+     * {@code halves} hold at least {@code rows * count} elements.
      */
     static void decodeBlocked(MemorySegment src, KVPage page, int first, int rows, int from, int count, float[] dst,
-                              int span, float[] tmp) {
-        decode(src, page, first, rows, from, count, dst, CHUNK, span * CHUNK, tmp);
+                              int span, float[] tmp, short[] halves) {
+        decode(src, page, first, rows, from, count, dst, CHUNK, span * CHUNK, tmp, halves);
     }
 
     /**
@@ -58,11 +55,11 @@ final class KvRows {
      * contiguous ({@code chunkStride == CHUNK}), else through {@code tmp}.
      */
     private static void decode(MemorySegment src, KVPage page, int first, int rows, int from, int count, float[] dst,
-                               int rowStride, int chunkStride, float[] tmp) {
+                               int rowStride, int chunkStride, float[] tmp, short[] halves) {
         KVElementType type = page.elementType();
         long rowBytes = type.rowBytes(page.kvDim());
         if (type == KVElementType.F16) {
-            f16(src, rowBytes, first, rows, from, count, dst, rowStride, chunkStride);
+            f16(src, rowBytes, first, rows, from, count, dst, rowStride, chunkStride, tmp, halves);
             return;
         }
         boolean q8 = type == KVElementType.Q8_0 && from % 32 == 0 && count % 32 == 0;
@@ -100,27 +97,15 @@ final class KvRows {
      * in pp512 (two pairs); decode at depth 4,096 ({@code --context 4096}, one run each) 9.48 to 18.45 tokens/s.
      */
     private static void f16(MemorySegment src, long rowBytes, int first, int rows, int from, int count, float[] dst,
-                            int rowStride, int chunkStride) {
+                            int rowStride, int chunkStride, float[] tmp, short[] halves) {
         int n = rows * count;
-        short[] h = HALVES.get();
-        if (h.length < n) {
-            h = new short[n];
-            HALVES.set(h);
-        }
         for (int j = 0; j < rows; j++) {
-            MemorySegment.copy(src, Blocks.I16, rowBytes * (first + j) + 2L * from, h, j * count, count);
+            MemorySegment.copy(src, Blocks.I16, rowBytes * (first + j) + 2L * from, halves, j * count, count);
         }
         boolean rowMajor = rowStride == count && chunkStride == CHUNK;
-        float[] f = dst;
-        if (!rowMajor) {
-            f = CONVERTED.get();
-            if (f.length < n) {
-                f = new float[n];
-                CONVERTED.set(f);
-            }
-        }
+        float[] f = rowMajor ? dst : tmp;
         for (int i = 0; i < n; i++) {
-            f[i] = Float.float16ToFloat(h[i]);
+            f[i] = Float.float16ToFloat(halves[i]);
         }
         if (rowMajor) {
             return;
