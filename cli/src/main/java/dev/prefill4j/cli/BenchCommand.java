@@ -366,15 +366,16 @@ final class BenchCommand implements Callable<Integer> {
             doc.put("verification", verification);
             System.out.print(Json.write(doc));
         } else {
+            String before = peakRssPpTg < 0 ? "" : String.format(Locale.ROOT,
+                    "; %.1f MiB before the --context/--burst tests, compared below", peakRssPpTg / 1048576.0);
+            String verdict = compared <= budget ? "within"
+                    : String.format(Locale.ROOT, "%.0f%% over", 100.0 * compared / budget - 100) + (startRss < 0 ? ""
+                            : String.format(Locale.ROOT, " (the JVM alone held %.1f MiB when bench started)",
+                                    startRss / 1048576.0));
             System.out.println(peakRss < 0 ? "peak resident memory: unknown (no /proc/self/status)"
                     : String.format(Locale.ROOT, "peak resident memory: %.1f MiB (%s%s); model %.1f MiB + KV cache %.1f "
-                            + "MiB + 15%% = %.1f MiB: %s", peakRss / 1048576.0, rssNote, peakRssPpTg < 0 ? ""
-                                    : String.format(Locale.ROOT, "; %.1f MiB before the --context/--burst tests, "
-                                            + "compared below", peakRssPpTg / 1048576.0),
-                            modelBytes / 1048576.0, largestKvBytes / 1048576.0, budget / 1048576.0,
-                            compared <= budget ? "within" : String.format(Locale.ROOT, "%.0f%% over%s",
-                                    100.0 * compared / budget - 100, startRss < 0 ? "" : String.format(Locale.ROOT,
-                                            " (the JVM alone held %.1f MiB when bench started)", startRss / 1048576.0))));
+                            + "MiB + 15%% = %.1f MiB: %s", peakRss / 1048576.0, rssNote, before,
+                            modelBytes / 1048576.0, largestKvBytes / 1048576.0, budget / 1048576.0, verdict));
             System.out.println("verification: " + verification);
         }
         return 0;
