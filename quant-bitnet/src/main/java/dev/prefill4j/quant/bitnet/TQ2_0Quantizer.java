@@ -158,8 +158,7 @@ public final class TQ2_0Quantizer extends TernaryQuantizer {
                     }
                 }
             }
-            sum += (double) Blocks.fp16(src, o + 64) * Blocks.f32(a, ao)
-                    * plus.sub(minus).reduceLanes(VectorOperators.ADD);
+            sum += Ternary.term(Blocks.fp16(src, o + 64), Blocks.f32(a, ao), plus.sub(minus));
         }
         return sum;
     }

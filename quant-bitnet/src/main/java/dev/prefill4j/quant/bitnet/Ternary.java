@@ -160,7 +160,7 @@ final class Ternary {
                 plus = plus.add(xq, t.compare(VectorOperators.EQ, 2));
                 minus = minus.add(xq, t.compare(VectorOperators.EQ, 0));
             }
-            sum += term(Blocks.fp16(staged, o + scaleAt), act, ao, plus.sub(minus));
+            sum += term(Blocks.fp16(staged, o + scaleAt), act.get(Blocks.F32, ao), plus.sub(minus));
         }
         return sum;
     }
@@ -175,9 +175,13 @@ final class Ternary {
      * {@return a block's term of the dot product}: {@code d_w * d_x * sum} where the sum of the lanes is exact; the
      * product needs at most 11 + 24 + 15 significant bits, so it is exact in double, and the terms are added in
      * double.
+     *
+     * @param dw    the weights' block scale
+     * @param dx    the activations' block scale (Q8_K's f32 {@code d})
+     * @param lanes the block's integer sums in 16-bit lanes
      */
-    static double term(float dw, MemorySegment act, long ao, ShortVector lanes) {
-        return (double) dw * act.get(Blocks.F32, ao) * lanes.reduceLanes(VectorOperators.ADD);
+    static double term(float dw, float dx, ShortVector lanes) {
+        return (double) dw * dx * lanes.reduceLanes(VectorOperators.ADD);
     }
 
     private Ternary() {

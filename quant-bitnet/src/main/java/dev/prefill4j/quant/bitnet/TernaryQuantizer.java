@@ -47,19 +47,11 @@ abstract sealed class TernaryQuantizer implements Quantizer permits TQ1_0Quantiz
 
     /**
      * The integer dot product of {@code blocks} blocks at {@code offset} with Q8_K activations; by default the row is
-     * staged into an array and multiplied over its unpacked trits ({@link #dotQ8K}). A format that overrides it must
-     * give the same value (the block sums are exact, so any order of the additions within a block does).
+     * staged into an array and multiplied over its unpacked trits ({@link Ternary#dotQ8K}). A format that overrides it
+     * must give the same value (the block sums are exact, so any order of the additions within a block does).
      */
     double dotEncodedRow(MemorySegment src, long offset, int blocks, MemorySegment act, long actOffset) {
-        return dotQ8K(Blocks.stage(src, offset, blocks * blockBytes()), blocks, act, actOffset);
-    }
-
-    /**
-     * The integer dot product of staged blocks with Q8_K activations; by default over the unpacked trits ({@link
-     * Ternary#dotQ8K}).
-     */
-    double dotQ8K(byte[] staged, int blocks, MemorySegment act, long actOffset) {
-        return Ternary.dotQ8K(staged, blocks, this, act, actOffset);
+        return Ternary.dotQ8K(Blocks.stage(src, offset, blocks * blockBytes()), blocks, this, act, actOffset);
     }
 
     /** {@return whole blocks in {@code count} elements} @throws IllegalArgumentException if not a multiple of 256 */
