@@ -65,6 +65,39 @@ final class KQuants {
         return sum(acc0.add(acc1));
     }
 
+    /** A format's kernel for two rows at a time: {@link #dotPreparedRows}. */
+    @FunctionalInterface
+    interface PairKernel {
+        /**
+         * Writes {@code dotPrepared} of the rows at {@code offset} and {@code offset + stride} to {@code out[outIndex]}
+         * and {@code out[outIndex + outStride]}, each with the bits a call of its own would give.
+         */
+        void pair(MemorySegment src, long offset, long stride, float[] prepared, int preparedOffset, int blocks,
+                  float[] out, int outIndex, int outStride);
+    }
+
+    /**
+     * {@link Quantizer#dotPreparedRows} of the K formats: with a {@code pairs} kernel and rows longer than 4,096
+     * elements, two rows at a time, half the run apart so that the pairs read two continuous streams of weights, then
+     * the odd row alone; otherwise one {@code dotPrepared} a row.
+     */
+    static void dotPreparedRows(Quantizer q, PairKernel pairs, MemorySegment src, long offset, long stride, int rows,
+                                float[] x, int xOffset, float[] prepared, int preparedOffset, int count, float[] out,
+                                int outIndex) {
+        int r = 0;
+        if (pairs != null && count > 4096) {
+            int half = rows / 2;
+            for (int i = 0; i < half; i++) {
+                pairs.pair(src, offset + i * stride, half * stride, prepared, preparedOffset, count / 256, out,
+                        outIndex + i, half);
+            }
+            r = 2 * half;
+        }
+        for (; r < rows; r++) {
+            out[outIndex + r] = q.dotPrepared(src, offset + r * stride, x, xOffset, prepared, preparedOffset, count);
+        }
+    }
+
     /** {@return bytes {@code b[at..]} zero-extended to int lanes, where a decoder joins the bits of its levels} */
     static IntVector widen(byte[] b, int at) {
         return (IntVector) ByteVector.fromArray(BYTES_PER_LANE, b, at).convertShape(VectorOperators.ZERO_EXTEND_B2I, INTS, 0);
@@ -163,18 +196,26 @@ final class KQuants {
         ((FloatVector) mn.convert(VectorOperators.I2F, 0)).mul(-dmin).intoArray(out, 8);
     }
 
-    /** {@link #scalesAndMins} in 16 lanes: scales in lanes 0-7, mins in 8-15, two permutes. */
+    /** {@link #scalesAndMins} in 16 lanes: scales in lanes 0-7, mins in 8-15 ({@link #factors16}). */
     private static void scalesAndMins16(byte[] b, int o, float[] out) {
-        float d = Blocks.fp16(b, o);
-        float dmin = Blocks.fp16(b, o + 2);
         IntVector w = (IntVector) ByteVector.fromArray(ByteVector.SPECIES_128, b, o)
                 .convertShape(VectorOperators.ZERO_EXTEND_B2I, IntVector.SPECIES_512, 0);
+        factors16(w, Blocks.fp16(b, o), Blocks.fp16(b, o + 2)).intoArray(out, 0);
+    }
+
+    /**
+     * {@return a Q4_K/Q5_K super-block's factors in 16 lanes, as {@link #scalesAndMins} stores them} from its first 16
+     * bytes zero-extended to int lanes {@code w}, and its {@code d} and {@code dmin}: the 12 packed bytes unpacked by
+     * two lane permutes and a few masks. Called at the top of the kernels' loop bodies, where C2 still inlines it (a
+     * call it left out of line would box the vectors; {@code KernelInliningTest}).
+     */
+    static FloatVector factors16(IntVector w, float d, float dmin) {
         IntVector low = w.rearrange(LOW_BITS);
         IntVector six = low.blend(low.lanewise(VectorOperators.LSHR, 4), HIGH_NIBBLE).and(0x0F)
                 .or(w.rearrange(HIGH_BITS).lanewise(VectorOperators.LSHR, 6).lanewise(VectorOperators.LSHL, 4))
                 .blend(low.and(63), FIRST_FOUR);
-        ((FloatVector) six.convert(VectorOperators.I2F, 0))
-                .mul(FloatVector.broadcast(FloatVector.SPECIES_512, d).blend(-dmin, MINS)).intoArray(out, 0);
+        return ((FloatVector) six.convertShape(VectorOperators.I2F, FloatVector.SPECIES_512, 0))
+                .mul(FloatVector.broadcast(FloatVector.SPECIES_512, d).blend(-dmin, MINS));
     }
 
     /**

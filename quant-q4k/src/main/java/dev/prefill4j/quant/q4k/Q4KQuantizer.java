@@ -4,12 +4,15 @@ import dev.prefill4j.api.ApiVersion;
 import dev.prefill4j.api.spi.Blocks;
 import dev.prefill4j.api.spi.Quantizer;
 import java.lang.foreign.MemorySegment;
+import java.nio.ByteOrder;
+import java.util.Arrays;
 import java.util.OptionalInt;
 import jdk.incubator.vector.ByteVector;
 import jdk.incubator.vector.FloatVector;
 import jdk.incubator.vector.IntVector;
 import jdk.incubator.vector.ShortVector;
 import jdk.incubator.vector.VectorOperators;
+import jdk.incubator.vector.VectorShuffle;
 
 /**
  * GGUF Q4_K (type 12): 256 weights in 144 bytes: {@code d} fp16 at 0, {@code dmin} fp16 at 2, twelve bytes of
@@ -61,32 +64,65 @@ public final class Q4KQuantizer implements Quantizer {
         }
     }
 
-    /** Sixteen floats a super-block: {@link #prepareActivations}. */
+    /** Whether {@link #dotPrepared}'s packed form runs: 16 float lanes (AVX-512). */
+    private static final boolean PACKED16 = KQuants.FLOATS.length() == 16;
+    /** Floats a super-block prepares: two halves of 128 activations and 16 sums each when packed; else 16. */
+    private static final int PREPARED_PER_BLOCK = PACKED16 ? 288 : 16;
+    /** The packed form: the scales of the sub-blocks whose levels half {@code h}'s low (high) nibbles hold. */
+    private static final VectorShuffle<Float> LOW0 = halves(0, 0);
+    private static final VectorShuffle<Float> HIGH0 = halves(0, 1);
+    private static final VectorShuffle<Float> LOW1 = halves(1, 0);
+    private static final VectorShuffle<Float> HIGH1 = halves(1, 1);
+
+    private static VectorShuffle<Float> halves(int h, int high) {
+        return PACKED16 ? VectorShuffle.fromOp(FloatVector.SPECIES_512, i -> 4 * h + (i >= 8 ? 2 : 0) + high) : null;
+    }
+
+    /** {@link #prepareActivations}' floats: 16 a super-block, or 288 with the packed form's reordered copy. */
     @Override
     public int preparedActivations(int count) {
         Blocks.checkCount(count, QK, id());
-        return count / QK * 16;
+        return count / QK * PREPARED_PER_BLOCK;
     }
 
     /**
-     * Per super-block sixteen floats in {@link KQuants#scalesAndMins}' layout: zeros where it has the eight scales,
-     * then each sub-block's sum of activations where it has the eight mins, so that {@link #dotPrepared} gets all
-     * eight minimum terms of a super-block from one vector product. Each sum adds the sub-block's vectors lane by
-     * lane, then the lanes by {@link KQuants#sum}'s fixed tree.
+     * Per super-block the sums of its eight sub-blocks' activations, each the sub-block's vectors added lane by lane,
+     * then the lanes by {@link KQuants#sum}'s fixed tree, for the minimum terms of {@link #dotPrepared}, which gets
+     * them from one vector product with {@link KQuants#scalesAndMins}' layout (scales in lanes 0-7, mins in 8-15).
+     * Without the packed form: sixteen floats, zeros where the scales are and the eight sums where the mins are. With
+     * it, per half of 128 activations: the activations in the order the packed form takes the nibbles out of a lane
+     * ({@code 16s + i} holds element {@code 32(2[i >= 8] + s % 2) + 4(i % 8) + s / 2} of the half: byte {@code s / 2}
+     * of int lane {@code i}, low nibble for even {@code s}), then sixteen floats with the sums of the half's four
+     * sub-blocks in the lanes of their mins and zeros elsewhere.
      */
     @Override
     public void prepareActivations(float[] x, int xOffset, int count, float[] prepared, int preparedOffset) {
         Blocks.checkCount(count, QK, id());
         var sp = KQuants.FLOATS;
         for (int k = 0; k < count / QK; k++) {
-            int p = preparedOffset + 16 * k;
+            int p = preparedOffset + PREPARED_PER_BLOCK * k;
+            int xb = xOffset + k * QK;
+            if (PACKED16) {
+                for (int h = 0; h < 2; h++) {
+                    int ph = p + 144 * h;
+                    for (int s = 0; s < 8; s++) {
+                        for (int i = 0; i < 16; i++) {
+                            prepared[ph + 16 * s + i] =
+                                    x[xb + 128 * h + 32 * ((i >= 8 ? 2 : 0) + s % 2) + 4 * (i % 8) + s / 2];
+                        }
+                    }
+                    Arrays.fill(prepared, ph + 128, ph + 144, 0f);
+                }
+            } else {
+                Arrays.fill(prepared, p, p + 8, 0f);
+            }
             for (int g = 0; g < 8; g++) {
                 FloatVector sum = FloatVector.zero(sp);
                 for (int l = 0; l < 32; l += sp.length()) {
-                    sum = sum.add(FloatVector.fromArray(sp, x, xOffset + k * QK + 32 * g + l));
+                    sum = sum.add(FloatVector.fromArray(sp, x, xb + 32 * g + l));
                 }
-                prepared[p + g] = 0;
-                prepared[p + 8 + g] = KQuants.sum(sum);
+                // Where the mins are: lane 8 + g of the super-block's sixteen, or of its half's when packed.
+                prepared[p + (PACKED16 ? 144 * (g / 4) + 128 : 0) + 8 + g] = KQuants.sum(sum);
             }
         }
     }
@@ -98,7 +134,8 @@ public final class Q4KQuantizer implements Quantizer {
     }
 
     /**
-     * Fused, nothing decoded to memory: per sub-block of 32, {@code sum(q * x)} in vector lanes (the nibbles widened
+     * With 16 float lanes {@link #dotPacked16}. Otherwise fused, nothing decoded to memory: per sub-block of 32,
+     * {@code sum(q * x)} in vector lanes (the nibbles widened
      * to ints with zero extension, so the high one is a plain shift), times {@code d * scale} into one of two
      * accumulators; the minimum terms {@code -dmin * min * sum(x)} of a super-block come from the prepared sums of
      * activations in one vector product ({@link #prepareActivations}); lanes are added in a fixed order at the end.
@@ -115,6 +152,9 @@ public final class Q4KQuantizer implements Quantizer {
     public float dotPrepared(MemorySegment src, long offset, float[] x, int xOffset, float[] prepared,
                              int preparedOffset, int count) {
         Blocks.checkCount(count, QK, id());
+        if (PACKED16) {
+            return dotPacked16(src, offset, prepared, preparedOffset, count / QK);
+        }
         int blocks = count / QK;
         byte[] b = Blocks.stage(src, offset, blocks * BYTES);
         var sp = KQuants.FLOATS;
@@ -158,6 +198,212 @@ public final class Q4KQuantizer implements Quantizer {
         }
         v = v.add(v.rearrange(KQuants.X2));
         return v.add(v.rearrange(KQuants.X1)).lane(0);
+    }
+
+    /**
+     * With the packed form, rows longer than 4,096 elements two at a time ({@link #pairPacked16}, through {@link
+     * KQuants#dotPreparedRows}); otherwise one call a row. Rows of 8,192 elements prepare 36 KiB, which with the weights streaming through overflow L1: each
+     * prepared vector loaded once for two rows, {@code bench -m 1b-q4_k_m.gguf -p 16 -n 64 -r 1 --verify-tokens 0
+     * --profile}, three alternating pairs: {@code ffn_down} (half of its matrices Q4_K) at 0.61-0.67 of the Q6_K
+     * output matrix's GB/s in the same process against 0.50-0.53 one row at a time (Zen 5 VM, 2026-12-04).
+     */
+    @Override
+    public void dotPreparedRows(MemorySegment src, long offset, long stride, int rows, float[] x, int xOffset,
+                                float[] prepared, int preparedOffset, int count, float[] out, int outIndex) {
+        Blocks.checkCount(count, QK, id());
+        KQuants.dotPreparedRows(this, PACKED16 ? PAIRS : null, src, offset, stride, rows, x, xOffset, prepared,
+                preparedOffset, count, out, outIndex);
+    }
+
+    private static final KQuants.PairKernel PAIRS = Q4KQuantizer::pairPacked16;
+
+    /**
+     * {@link #dotPrepared}'s packed form for 16 float lanes, reading the super-blocks where they are mapped: each half's
+     * 64 bytes of nibbles in one vector, int lane {@code i} holding four bytes of sub-blocks {@code 4h} and {@code
+     * 4h + 1} (lanes 0-7) or {@code 4h + 2} and {@code 4h + 3} (lanes 8-15); a nibble is taken out by a shift and a
+     * mask, converted and multiplied with the activations {@link #prepareActivations} put in that order, the products
+     * of low and of high nibbles added apart and each scaled once by its sub-blocks' {@code d * scale} (a lane permute
+     * of the super-block's factors, {@link KQuants#factors16}); the minimum terms from one vector product per half
+     * with the prepared sums. Against the staged form (below, which it replaced on AVX-512), {@code bench -m
+     * 1b-q4_k_m.gguf -p 16 -n 64 -r 1 --verify-tokens 0 --profile}, three alternating pairs: {@code ffn_gate+up} at
+     * 0.74-0.80 of the Q6_K output matrix's GB/s in the same process against 0.53-0.56 (17.3-20.9 against 11.5-14.8
+     * GB/s; Zen 5 VM, 2026-12-04, the machine's speed moving by a quarter between runs).
+     *
+     * <p>Conversions are written {@code convertShape(I2F, f, 0)}, with the species a constant: with {@code
+     * convert(I2F, 0)} the result's species is looked up ({@code AbstractSpecies.computeSpecies}, too large to
+     * inline), C2 first failed to intrinsify the conversions and tried again later, and in about a third of the
+     * processes (4 of 14) the compiled kernel kept a boxed vector for one or two of the last {@code and}s of the loop
+     * body (JFR allocation samples there; young collections 40,000-107,000 against 4,000-14,000 a run), tg64 2.4-10.9
+     * against 20-24 tok/s. Eight processes with {@code convertShape}: none.
+     */
+    private static float dotPacked16(MemorySegment src, long offset, float[] prepared, int preparedOffset,
+                                     int blocks) {
+        var f = FloatVector.SPECIES_512;
+        FloatVector a0 = FloatVector.zero(f);
+        FloatVector a1 = a0;
+        FloatVector mins = a0;
+        IntVector nibble = IntVector.broadcast(IntVector.SPECIES_512, 0x0F);
+        for (int k = 0; k < blocks; k++) {
+            long o = offset + (long) k * BYTES;
+            int p = preparedOffset + PREPARED_PER_BLOCK * k;
+            FloatVector sm = KQuants.factors16((IntVector) ByteVector.fromMemorySegment(ByteVector.SPECIES_128, src, o,
+                    ByteOrder.LITTLE_ENDIAN).convertShape(VectorOperators.ZERO_EXTEND_B2I, IntVector.SPECIES_512, 0),
+                    Blocks.fp16(src, o), Blocks.fp16(src, o + 2));
+            IntVector v = ByteVector.fromMemorySegment(ByteVector.SPECIES_512, src, o + 16, ByteOrder.LITTLE_ENDIAN)
+                    .reinterpretAsInts();
+            FloatVector tl = ((FloatVector) v.and(nibble).convertShape(VectorOperators.I2F, f, 0))
+                    .mul(FloatVector.fromArray(f, prepared, p));
+            FloatVector th = ((FloatVector) v.lanewise(VectorOperators.LSHR, 4).and(nibble)
+                    .convertShape(VectorOperators.I2F, f, 0)).mul(FloatVector.fromArray(f, prepared, p + 16));
+            tl = ((FloatVector) v.lanewise(VectorOperators.LSHR, 8).and(nibble).convertShape(VectorOperators.I2F, f, 0))
+                    .fma(FloatVector.fromArray(f, prepared, p + 32), tl);
+            th = ((FloatVector) v.lanewise(VectorOperators.LSHR, 12).and(nibble).convertShape(VectorOperators.I2F, f, 0))
+                    .fma(FloatVector.fromArray(f, prepared, p + 48), th);
+            tl = ((FloatVector) v.lanewise(VectorOperators.LSHR, 16).and(nibble).convertShape(VectorOperators.I2F, f, 0))
+                    .fma(FloatVector.fromArray(f, prepared, p + 64), tl);
+            th = ((FloatVector) v.lanewise(VectorOperators.LSHR, 20).and(nibble).convertShape(VectorOperators.I2F, f, 0))
+                    .fma(FloatVector.fromArray(f, prepared, p + 80), th);
+            tl = ((FloatVector) v.lanewise(VectorOperators.LSHR, 24).and(nibble).convertShape(VectorOperators.I2F, f, 0))
+                    .fma(FloatVector.fromArray(f, prepared, p + 96), tl);
+            th = ((FloatVector) v.lanewise(VectorOperators.LSHR, 28).convertShape(VectorOperators.I2F, f, 0))
+                    .fma(FloatVector.fromArray(f, prepared, p + 112), th);
+            a0 = tl.fma(sm.rearrange(LOW0), a0);
+            a1 = th.fma(sm.rearrange(HIGH0), a1);
+            mins = sm.fma(FloatVector.fromArray(f, prepared, p + 128), mins);
+            v = ByteVector.fromMemorySegment(ByteVector.SPECIES_512, src, o + 80, ByteOrder.LITTLE_ENDIAN)
+                    .reinterpretAsInts();
+            tl = ((FloatVector) v.and(nibble).convertShape(VectorOperators.I2F, f, 0))
+                    .mul(FloatVector.fromArray(f, prepared, p + 144));
+            th = ((FloatVector) v.lanewise(VectorOperators.LSHR, 4).and(nibble)
+                    .convertShape(VectorOperators.I2F, f, 0)).mul(FloatVector.fromArray(f, prepared, p + 160));
+            tl = ((FloatVector) v.lanewise(VectorOperators.LSHR, 8).and(nibble).convertShape(VectorOperators.I2F, f, 0))
+                    .fma(FloatVector.fromArray(f, prepared, p + 176), tl);
+            th = ((FloatVector) v.lanewise(VectorOperators.LSHR, 12).and(nibble).convertShape(VectorOperators.I2F, f, 0))
+                    .fma(FloatVector.fromArray(f, prepared, p + 192), th);
+            tl = ((FloatVector) v.lanewise(VectorOperators.LSHR, 16).and(nibble).convertShape(VectorOperators.I2F, f, 0))
+                    .fma(FloatVector.fromArray(f, prepared, p + 208), tl);
+            th = ((FloatVector) v.lanewise(VectorOperators.LSHR, 20).and(nibble).convertShape(VectorOperators.I2F, f, 0))
+                    .fma(FloatVector.fromArray(f, prepared, p + 224), th);
+            tl = ((FloatVector) v.lanewise(VectorOperators.LSHR, 24).and(nibble).convertShape(VectorOperators.I2F, f, 0))
+                    .fma(FloatVector.fromArray(f, prepared, p + 240), tl);
+            th = ((FloatVector) v.lanewise(VectorOperators.LSHR, 28).convertShape(VectorOperators.I2F, f, 0))
+                    .fma(FloatVector.fromArray(f, prepared, p + 256), th);
+            a0 = tl.fma(sm.rearrange(LOW1), a0);
+            a1 = th.fma(sm.rearrange(HIGH1), a1);
+            mins = sm.fma(FloatVector.fromArray(f, prepared, p + 272), mins);
+        }
+        FloatVector v = a0.add(a1).add(mins);
+        v = v.add(v.rearrange(KQuants.X8));
+        v = v.add(v.rearrange(KQuants.X4));
+        v = v.add(v.rearrange(KQuants.X2));
+        return v.add(v.rearrange(KQuants.X1)).lane(0);
+    }
+
+    /**
+     * {@link #dotPacked16} for two rows {@code stride} bytes apart in one loop (products {@code outStride} apart in
+     * {@code out}), each prepared vector loaded once for both; each row's products and sums as {@code dotPacked16}
+     * computes them, so the same bits.
+     */
+    private static void pairPacked16(MemorySegment src, long offset, long stride, float[] prepared, int preparedOffset,
+                                     int blocks, float[] out, int outIndex, int outStride) {
+        var f = FloatVector.SPECIES_512;
+        FloatVector a0 = FloatVector.zero(f);
+        FloatVector a1 = a0;
+        FloatVector mins = a0;
+        FloatVector b0 = a0;
+        FloatVector b1 = a0;
+        FloatVector minsB = a0;
+        IntVector nibble = IntVector.broadcast(IntVector.SPECIES_512, 0x0F);
+        for (int k = 0; k < blocks; k++) {
+            long o = offset + (long) k * BYTES;
+            int p = preparedOffset + PREPARED_PER_BLOCK * k;
+            FloatVector sm = KQuants.factors16((IntVector) ByteVector.fromMemorySegment(ByteVector.SPECIES_128, src,
+                    o, ByteOrder.LITTLE_ENDIAN).convertShape(VectorOperators.ZERO_EXTEND_B2I, IntVector.SPECIES_512, 0),
+                    Blocks.fp16(src, o), Blocks.fp16(src, o + 2));
+            FloatVector smB = KQuants.factors16((IntVector) ByteVector.fromMemorySegment(ByteVector.SPECIES_128, src,
+                    o + stride, ByteOrder.LITTLE_ENDIAN).convertShape(VectorOperators.ZERO_EXTEND_B2I, IntVector.SPECIES_512, 0),
+                    Blocks.fp16(src, o + stride), Blocks.fp16(src, o + stride + 2));
+            IntVector v0 = ByteVector.fromMemorySegment(ByteVector.SPECIES_512, src, o + 16, ByteOrder.LITTLE_ENDIAN)
+                    .reinterpretAsInts();
+            IntVector vB0 = ByteVector.fromMemorySegment(ByteVector.SPECIES_512, src, o + stride + 16, ByteOrder.LITTLE_ENDIAN)
+                    .reinterpretAsInts();
+            FloatVector x00 = FloatVector.fromArray(f, prepared, p);
+            FloatVector tl = ((FloatVector) v0.and(nibble).convertShape(VectorOperators.I2F, f, 0)).mul(x00);
+            FloatVector tlB = ((FloatVector) vB0.and(nibble).convertShape(VectorOperators.I2F, f, 0)).mul(x00);
+            FloatVector x01 = FloatVector.fromArray(f, prepared, p + 16);
+            FloatVector th = ((FloatVector) v0.lanewise(VectorOperators.LSHR, 4).and(nibble).convertShape(VectorOperators.I2F, f, 0)).mul(x01);
+            FloatVector thB = ((FloatVector) vB0.lanewise(VectorOperators.LSHR, 4).and(nibble).convertShape(VectorOperators.I2F, f, 0)).mul(x01);
+            FloatVector x02 = FloatVector.fromArray(f, prepared, p + 32);
+            tl = ((FloatVector) v0.lanewise(VectorOperators.LSHR, 8).and(nibble).convertShape(VectorOperators.I2F, f, 0)).fma(x02, tl);
+            tlB = ((FloatVector) vB0.lanewise(VectorOperators.LSHR, 8).and(nibble).convertShape(VectorOperators.I2F, f, 0)).fma(x02, tlB);
+            FloatVector x03 = FloatVector.fromArray(f, prepared, p + 48);
+            th = ((FloatVector) v0.lanewise(VectorOperators.LSHR, 12).and(nibble).convertShape(VectorOperators.I2F, f, 0)).fma(x03, th);
+            thB = ((FloatVector) vB0.lanewise(VectorOperators.LSHR, 12).and(nibble).convertShape(VectorOperators.I2F, f, 0)).fma(x03, thB);
+            FloatVector x04 = FloatVector.fromArray(f, prepared, p + 64);
+            tl = ((FloatVector) v0.lanewise(VectorOperators.LSHR, 16).and(nibble).convertShape(VectorOperators.I2F, f, 0)).fma(x04, tl);
+            tlB = ((FloatVector) vB0.lanewise(VectorOperators.LSHR, 16).and(nibble).convertShape(VectorOperators.I2F, f, 0)).fma(x04, tlB);
+            FloatVector x05 = FloatVector.fromArray(f, prepared, p + 80);
+            th = ((FloatVector) v0.lanewise(VectorOperators.LSHR, 20).and(nibble).convertShape(VectorOperators.I2F, f, 0)).fma(x05, th);
+            thB = ((FloatVector) vB0.lanewise(VectorOperators.LSHR, 20).and(nibble).convertShape(VectorOperators.I2F, f, 0)).fma(x05, thB);
+            FloatVector x06 = FloatVector.fromArray(f, prepared, p + 96);
+            tl = ((FloatVector) v0.lanewise(VectorOperators.LSHR, 24).and(nibble).convertShape(VectorOperators.I2F, f, 0)).fma(x06, tl);
+            tlB = ((FloatVector) vB0.lanewise(VectorOperators.LSHR, 24).and(nibble).convertShape(VectorOperators.I2F, f, 0)).fma(x06, tlB);
+            FloatVector x07 = FloatVector.fromArray(f, prepared, p + 112);
+            th = ((FloatVector) v0.lanewise(VectorOperators.LSHR, 28).convertShape(VectorOperators.I2F, f, 0)).fma(x07, th);
+            thB = ((FloatVector) vB0.lanewise(VectorOperators.LSHR, 28).convertShape(VectorOperators.I2F, f, 0)).fma(x07, thB);
+            a0 = tl.fma(sm.rearrange(LOW0), a0);
+            a1 = th.fma(sm.rearrange(HIGH0), a1);
+            b0 = tlB.fma(smB.rearrange(LOW0), b0);
+            b1 = thB.fma(smB.rearrange(HIGH0), b1);
+            FloatVector s0 = FloatVector.fromArray(f, prepared, p + 128);
+            mins = sm.fma(s0, mins);
+            minsB = smB.fma(s0, minsB);
+            IntVector v1 = ByteVector.fromMemorySegment(ByteVector.SPECIES_512, src, o + 80, ByteOrder.LITTLE_ENDIAN)
+                    .reinterpretAsInts();
+            IntVector vB1 = ByteVector.fromMemorySegment(ByteVector.SPECIES_512, src, o + stride + 80, ByteOrder.LITTLE_ENDIAN)
+                    .reinterpretAsInts();
+            FloatVector x10 = FloatVector.fromArray(f, prepared, p + 144);
+            tl = ((FloatVector) v1.and(nibble).convertShape(VectorOperators.I2F, f, 0)).mul(x10);
+            tlB = ((FloatVector) vB1.and(nibble).convertShape(VectorOperators.I2F, f, 0)).mul(x10);
+            FloatVector x11 = FloatVector.fromArray(f, prepared, p + 160);
+            th = ((FloatVector) v1.lanewise(VectorOperators.LSHR, 4).and(nibble).convertShape(VectorOperators.I2F, f, 0)).mul(x11);
+            thB = ((FloatVector) vB1.lanewise(VectorOperators.LSHR, 4).and(nibble).convertShape(VectorOperators.I2F, f, 0)).mul(x11);
+            FloatVector x12 = FloatVector.fromArray(f, prepared, p + 176);
+            tl = ((FloatVector) v1.lanewise(VectorOperators.LSHR, 8).and(nibble).convertShape(VectorOperators.I2F, f, 0)).fma(x12, tl);
+            tlB = ((FloatVector) vB1.lanewise(VectorOperators.LSHR, 8).and(nibble).convertShape(VectorOperators.I2F, f, 0)).fma(x12, tlB);
+            FloatVector x13 = FloatVector.fromArray(f, prepared, p + 192);
+            th = ((FloatVector) v1.lanewise(VectorOperators.LSHR, 12).and(nibble).convertShape(VectorOperators.I2F, f, 0)).fma(x13, th);
+            thB = ((FloatVector) vB1.lanewise(VectorOperators.LSHR, 12).and(nibble).convertShape(VectorOperators.I2F, f, 0)).fma(x13, thB);
+            FloatVector x14 = FloatVector.fromArray(f, prepared, p + 208);
+            tl = ((FloatVector) v1.lanewise(VectorOperators.LSHR, 16).and(nibble).convertShape(VectorOperators.I2F, f, 0)).fma(x14, tl);
+            tlB = ((FloatVector) vB1.lanewise(VectorOperators.LSHR, 16).and(nibble).convertShape(VectorOperators.I2F, f, 0)).fma(x14, tlB);
+            FloatVector x15 = FloatVector.fromArray(f, prepared, p + 224);
+            th = ((FloatVector) v1.lanewise(VectorOperators.LSHR, 20).and(nibble).convertShape(VectorOperators.I2F, f, 0)).fma(x15, th);
+            thB = ((FloatVector) vB1.lanewise(VectorOperators.LSHR, 20).and(nibble).convertShape(VectorOperators.I2F, f, 0)).fma(x15, thB);
+            FloatVector x16 = FloatVector.fromArray(f, prepared, p + 240);
+            tl = ((FloatVector) v1.lanewise(VectorOperators.LSHR, 24).and(nibble).convertShape(VectorOperators.I2F, f, 0)).fma(x16, tl);
+            tlB = ((FloatVector) vB1.lanewise(VectorOperators.LSHR, 24).and(nibble).convertShape(VectorOperators.I2F, f, 0)).fma(x16, tlB);
+            FloatVector x17 = FloatVector.fromArray(f, prepared, p + 256);
+            th = ((FloatVector) v1.lanewise(VectorOperators.LSHR, 28).convertShape(VectorOperators.I2F, f, 0)).fma(x17, th);
+            thB = ((FloatVector) vB1.lanewise(VectorOperators.LSHR, 28).convertShape(VectorOperators.I2F, f, 0)).fma(x17, thB);
+            a0 = tl.fma(sm.rearrange(LOW1), a0);
+            a1 = th.fma(sm.rearrange(HIGH1), a1);
+            b0 = tlB.fma(smB.rearrange(LOW1), b0);
+            b1 = thB.fma(smB.rearrange(HIGH1), b1);
+            FloatVector s1 = FloatVector.fromArray(f, prepared, p + 272);
+            mins = sm.fma(s1, mins);
+            minsB = smB.fma(s1, minsB);
+        }
+        FloatVector v = a0.add(a1).add(mins);
+        FloatVector u = b0.add(b1).add(minsB);
+        v = v.add(v.rearrange(KQuants.X8));
+        u = u.add(u.rearrange(KQuants.X8));
+        v = v.add(v.rearrange(KQuants.X4));
+        u = u.add(u.rearrange(KQuants.X4));
+        v = v.add(v.rearrange(KQuants.X2));
+        u = u.add(u.rearrange(KQuants.X2));
+        out[outIndex] = v.add(v.rearrange(KQuants.X1)).lane(0);
+        out[outIndex + outStride] = u.add(u.rearrange(KQuants.X1)).lane(0);
     }
 
     /** Q4_K multiplies Q8_K activation codes in integer lanes ({@link #dotEncoded}). */

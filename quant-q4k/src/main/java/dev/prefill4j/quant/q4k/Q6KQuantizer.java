@@ -269,6 +269,8 @@ public final class Q6KQuantizer implements Quantizer {
      * pairs: 6.7-8.2 against 10.5-12.6 GB/s, tg32 8.82-9.54 against 9.92-11.99 tok/s; two threads ({@code -n 64}),
      * three pairs: 15.46-17.06 against 19.03-23.65; the Q4_K_M file with {@code -t 1}, two pairs: 5.65-5.75 against
      * 6.94-7.47 (2026-12-03). An earlier try of the same idea (2026-12-02, two threads only) had looked mixed.
+     * Conversions name their species ({@code convertShape(I2F, f, 0)}): see Q4_K's {@code dotPacked16} for what
+     * {@code convert(I2F, 0)} did to a kernel of this size.
      */
     private static float dotPacked16(MemorySegment src, long offset, float[] prepared, int preparedOffset,
                                      int count) {
@@ -294,23 +296,23 @@ public final class Q6KQuantizer implements Quantizer {
             // A lane's four levels share its group's scale: their products are added first, then scaled once.
             IntVector q01 = lo.and(0x0F0F0F0F).or(hb.and(0x03030303).lanewise(VectorOperators.LSHL, 4));
             FloatVector t01 = ((FloatVector) q01.lanewise(VectorOperators.LSHL, 26).lanewise(VectorOperators.ASHR, 26)
-                    .convert(VectorOperators.I2F, 0)).mul(FloatVector.fromArray(f, prepared, y));
+                    .convertShape(VectorOperators.I2F, f, 0)).mul(FloatVector.fromArray(f, prepared, y));
             t01 = ((FloatVector) q01.lanewise(VectorOperators.LSHL, 18).lanewise(VectorOperators.ASHR, 26)
-                    .convert(VectorOperators.I2F, 0)).fma(FloatVector.fromArray(f, prepared, y + 16), t01);
+                    .convertShape(VectorOperators.I2F, f, 0)).fma(FloatVector.fromArray(f, prepared, y + 16), t01);
             t01 = ((FloatVector) q01.lanewise(VectorOperators.LSHL, 10).lanewise(VectorOperators.ASHR, 26)
-                    .convert(VectorOperators.I2F, 0)).fma(FloatVector.fromArray(f, prepared, y + 32), t01);
+                    .convertShape(VectorOperators.I2F, f, 0)).fma(FloatVector.fromArray(f, prepared, y + 32), t01);
             t01 = ((FloatVector) q01.lanewise(VectorOperators.LSHL, 2).lanewise(VectorOperators.ASHR, 26)
-                    .convert(VectorOperators.I2F, 0)).fma(FloatVector.fromArray(f, prepared, y + 48), t01);
+                    .convertShape(VectorOperators.I2F, f, 0)).fma(FloatVector.fromArray(f, prepared, y + 48), t01);
             a0 = t01.fma(sh.rearrange(GROUPS_0_3), a0);
             IntVector q23 = lo.lanewise(VectorOperators.LSHR, 4).and(0x0F0F0F0F).or(hb.and(0x30303030));
             FloatVector t23 = ((FloatVector) q23.lanewise(VectorOperators.LSHL, 26).lanewise(VectorOperators.ASHR, 26)
-                    .convert(VectorOperators.I2F, 0)).mul(FloatVector.fromArray(f, prepared, y + 64));
+                    .convertShape(VectorOperators.I2F, f, 0)).mul(FloatVector.fromArray(f, prepared, y + 64));
             t23 = ((FloatVector) q23.lanewise(VectorOperators.LSHL, 18).lanewise(VectorOperators.ASHR, 26)
-                    .convert(VectorOperators.I2F, 0)).fma(FloatVector.fromArray(f, prepared, y + 80), t23);
+                    .convertShape(VectorOperators.I2F, f, 0)).fma(FloatVector.fromArray(f, prepared, y + 80), t23);
             t23 = ((FloatVector) q23.lanewise(VectorOperators.LSHL, 10).lanewise(VectorOperators.ASHR, 26)
-                    .convert(VectorOperators.I2F, 0)).fma(FloatVector.fromArray(f, prepared, y + 96), t23);
+                    .convertShape(VectorOperators.I2F, f, 0)).fma(FloatVector.fromArray(f, prepared, y + 96), t23);
             t23 = ((FloatVector) q23.lanewise(VectorOperators.LSHL, 2).lanewise(VectorOperators.ASHR, 26)
-                    .convert(VectorOperators.I2F, 0)).fma(FloatVector.fromArray(f, prepared, y + 112), t23);
+                    .convertShape(VectorOperators.I2F, f, 0)).fma(FloatVector.fromArray(f, prepared, y + 112), t23);
             a1 = t23.fma(sh.rearrange(GROUPS_4_7), a1);
         }
         // KQuants.sum's tree for 16 lanes written out (the same additions), as in the 8-lane form: called here, C2
@@ -321,6 +323,123 @@ public final class Q6KQuantizer implements Quantizer {
         v = v.add(v.rearrange(KQuants.X4));
         v = v.add(v.rearrange(KQuants.X2));
         return v.add(v.rearrange(KQuants.X1)).lane(0);
+    }
+
+    /**
+     * With the 16-lane packed form, rows longer than 4,096 elements two at a time ({@link #pairPacked16}, through
+     * {@link KQuants#dotPreparedRows}); otherwise one call a row. A Llama FFN's down projection (8,192 elements a row: 32 KiB of prepared activations, which with
+     * the weights streaming through overflow L1) reads its activations from L2 half as often. With Q4_K's pair form
+     * too, {@code bench -m 1b-q4_k_m.gguf -p 16 -n 64 -r 1 --verify-tokens 0 --profile} (half of that file's {@code
+     * ffn_down} matrices are Q6_K), six alternating pairs: {@code ffn_down} at 0.76-0.83 of the output matrix's GB/s in
+     * the same process against 0.61-0.67 with Q4_K's pairs alone (Zen 5 VM, 2026-12-04).
+     */
+    @Override
+    public void dotPreparedRows(MemorySegment src, long offset, long stride, int rows, float[] x, int xOffset,
+                                float[] prepared, int preparedOffset, int count, float[] out, int outIndex) {
+        Blocks.checkCount(count, QK, id());
+        KQuants.dotPreparedRows(this, PACKED16 ? PAIRS : null, src, offset, stride, rows, x, xOffset, prepared,
+                preparedOffset, count, out, outIndex);
+    }
+
+    private static final KQuants.PairKernel PAIRS = Q6KQuantizer::pairPacked16;
+
+    /**
+     * {@link #dotPacked16} for two rows {@code stride} bytes apart in one loop (products {@code outStride} apart in
+     * {@code out}), each prepared vector loaded once for both; each row's products and sums as {@code dotPacked16}
+     * computes them, so the same bits.
+     */
+    private static void pairPacked16(MemorySegment src, long offset, long stride, float[] prepared, int preparedOffset,
+                                     int blocks, float[] out, int outIndex, int outStride) {
+        var f = FloatVector.SPECIES_512;
+        FloatVector a0 = FloatVector.zero(f);
+        FloatVector a1 = a0;
+        FloatVector b0 = a0;
+        FloatVector b1 = a0;
+        for (int u = 0; u < 2 * blocks; u++) {
+            long o = offset + (long) (u >> 1) * BYTES;
+            int h = u & 1;
+            int y = preparedOffset + (u >> 1) * QK + 128 * h;
+            IntVector lo = ByteVector
+                    .fromMemorySegment(ByteVector.SPECIES_512, src, o + 64 * h, ByteOrder.LITTLE_ENDIAN)
+                    .reinterpretAsInts();
+            IntVector hb = ((IntVector) ByteVector
+                    .fromMemorySegment(ByteVector.SPECIES_256, src, o + 128 + 32 * h, ByteOrder.LITTLE_ENDIAN)
+                    .reinterpretShape(IntVector.SPECIES_512, 0)).rearrange(QH_TWICE)
+                    .lanewise(VectorOperators.XOR, 0xAAAAAAAA)
+                    .lanewise(VectorOperators.LSHR, QH_SHIFTS);
+            FloatVector sh = ((FloatVector) ByteVector
+                    .fromMemorySegment(ByteVector.SPECIES_64, src, o + 192 + 8 * h, ByteOrder.LITTLE_ENDIAN)
+                    .convertShape(VectorOperators.B2F, f, 0)).mul(Blocks.fp16(src, o + 208));
+            IntVector loB = ByteVector
+                    .fromMemorySegment(ByteVector.SPECIES_512, src, o + stride + 64 * h, ByteOrder.LITTLE_ENDIAN)
+                    .reinterpretAsInts();
+            IntVector hbB = ((IntVector) ByteVector
+                    .fromMemorySegment(ByteVector.SPECIES_256, src, o + stride + 128 + 32 * h, ByteOrder.LITTLE_ENDIAN)
+                    .reinterpretShape(IntVector.SPECIES_512, 0)).rearrange(QH_TWICE)
+                    .lanewise(VectorOperators.XOR, 0xAAAAAAAA)
+                    .lanewise(VectorOperators.LSHR, QH_SHIFTS);
+            FloatVector shB = ((FloatVector) ByteVector
+                    .fromMemorySegment(ByteVector.SPECIES_64, src, o + stride + 192 + 8 * h, ByteOrder.LITTLE_ENDIAN)
+                    .convertShape(VectorOperators.B2F, f, 0)).mul(Blocks.fp16(src, o + stride + 208));
+            IntVector q01 = lo.and(0x0F0F0F0F).or(hb.and(0x03030303).lanewise(VectorOperators.LSHL, 4));
+            IntVector q01B = loB.and(0x0F0F0F0F).or(hbB.and(0x03030303).lanewise(VectorOperators.LSHL, 4));
+            FloatVector x00 = FloatVector.fromArray(f, prepared, y);
+            FloatVector t01 = ((FloatVector) q01.lanewise(VectorOperators.LSHL, 26).lanewise(VectorOperators.ASHR, 26)
+                    .convertShape(VectorOperators.I2F, f, 0)).mul(x00);
+            FloatVector t01B = ((FloatVector) q01B.lanewise(VectorOperators.LSHL, 26).lanewise(VectorOperators.ASHR, 26)
+                    .convertShape(VectorOperators.I2F, f, 0)).mul(x00);
+            FloatVector x01 = FloatVector.fromArray(f, prepared, y + 16);
+            t01 = ((FloatVector) q01.lanewise(VectorOperators.LSHL, 18).lanewise(VectorOperators.ASHR, 26)
+                    .convertShape(VectorOperators.I2F, f, 0)).fma(x01, t01);
+            t01B = ((FloatVector) q01B.lanewise(VectorOperators.LSHL, 18).lanewise(VectorOperators.ASHR, 26)
+                    .convertShape(VectorOperators.I2F, f, 0)).fma(x01, t01B);
+            FloatVector x02 = FloatVector.fromArray(f, prepared, y + 32);
+            t01 = ((FloatVector) q01.lanewise(VectorOperators.LSHL, 10).lanewise(VectorOperators.ASHR, 26)
+                    .convertShape(VectorOperators.I2F, f, 0)).fma(x02, t01);
+            t01B = ((FloatVector) q01B.lanewise(VectorOperators.LSHL, 10).lanewise(VectorOperators.ASHR, 26)
+                    .convertShape(VectorOperators.I2F, f, 0)).fma(x02, t01B);
+            FloatVector x03 = FloatVector.fromArray(f, prepared, y + 48);
+            t01 = ((FloatVector) q01.lanewise(VectorOperators.LSHL, 2).lanewise(VectorOperators.ASHR, 26)
+                    .convertShape(VectorOperators.I2F, f, 0)).fma(x03, t01);
+            t01B = ((FloatVector) q01B.lanewise(VectorOperators.LSHL, 2).lanewise(VectorOperators.ASHR, 26)
+                    .convertShape(VectorOperators.I2F, f, 0)).fma(x03, t01B);
+            a0 = t01.fma(sh.rearrange(GROUPS_0_3), a0);
+            b0 = t01B.fma(shB.rearrange(GROUPS_0_3), b0);
+            IntVector q23 = lo.lanewise(VectorOperators.LSHR, 4).and(0x0F0F0F0F).or(hb.and(0x30303030));
+            IntVector q23B = loB.lanewise(VectorOperators.LSHR, 4).and(0x0F0F0F0F).or(hbB.and(0x30303030));
+            FloatVector x10 = FloatVector.fromArray(f, prepared, y + 64);
+            FloatVector t23 = ((FloatVector) q23.lanewise(VectorOperators.LSHL, 26).lanewise(VectorOperators.ASHR, 26)
+                    .convertShape(VectorOperators.I2F, f, 0)).mul(x10);
+            FloatVector t23B = ((FloatVector) q23B.lanewise(VectorOperators.LSHL, 26).lanewise(VectorOperators.ASHR, 26)
+                    .convertShape(VectorOperators.I2F, f, 0)).mul(x10);
+            FloatVector x11 = FloatVector.fromArray(f, prepared, y + 80);
+            t23 = ((FloatVector) q23.lanewise(VectorOperators.LSHL, 18).lanewise(VectorOperators.ASHR, 26)
+                    .convertShape(VectorOperators.I2F, f, 0)).fma(x11, t23);
+            t23B = ((FloatVector) q23B.lanewise(VectorOperators.LSHL, 18).lanewise(VectorOperators.ASHR, 26)
+                    .convertShape(VectorOperators.I2F, f, 0)).fma(x11, t23B);
+            FloatVector x12 = FloatVector.fromArray(f, prepared, y + 96);
+            t23 = ((FloatVector) q23.lanewise(VectorOperators.LSHL, 10).lanewise(VectorOperators.ASHR, 26)
+                    .convertShape(VectorOperators.I2F, f, 0)).fma(x12, t23);
+            t23B = ((FloatVector) q23B.lanewise(VectorOperators.LSHL, 10).lanewise(VectorOperators.ASHR, 26)
+                    .convertShape(VectorOperators.I2F, f, 0)).fma(x12, t23B);
+            FloatVector x13 = FloatVector.fromArray(f, prepared, y + 112);
+            t23 = ((FloatVector) q23.lanewise(VectorOperators.LSHL, 2).lanewise(VectorOperators.ASHR, 26)
+                    .convertShape(VectorOperators.I2F, f, 0)).fma(x13, t23);
+            t23B = ((FloatVector) q23B.lanewise(VectorOperators.LSHL, 2).lanewise(VectorOperators.ASHR, 26)
+                    .convertShape(VectorOperators.I2F, f, 0)).fma(x13, t23B);
+            a1 = t23.fma(sh.rearrange(GROUPS_4_7), a1);
+            b1 = t23B.fma(shB.rearrange(GROUPS_4_7), b1);
+        }
+        FloatVector v = a0.add(a1);
+        FloatVector w = b0.add(b1);
+        v = v.add(v.rearrange(KQuants.X8));
+        w = w.add(w.rearrange(KQuants.X8));
+        v = v.add(v.rearrange(KQuants.X4));
+        w = w.add(w.rearrange(KQuants.X4));
+        v = v.add(v.rearrange(KQuants.X2));
+        w = w.add(w.rearrange(KQuants.X2));
+        out[outIndex] = v.add(v.rearrange(KQuants.X1)).lane(0);
+        out[outIndex + outStride] = w.add(w.rearrange(KQuants.X1)).lane(0);
     }
 
     /** Q6_K multiplies Q8_K activation codes in integer lanes ({@link #dotEncoded}). */
