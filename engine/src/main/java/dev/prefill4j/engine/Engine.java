@@ -22,6 +22,7 @@ import java.io.IOException;
 import java.io.InputStream;
 import java.nio.file.Files;
 import java.nio.file.Path;
+import java.util.ArrayList;
 import java.util.List;
 import java.util.Map;
 import java.util.Set;
@@ -48,8 +49,11 @@ public final class Engine implements AutoCloseable {
     private final KVStore kvStore;
     /** The activation buffers of the last closed session, for the next one. */
     private final Workspace.Pool workspaces = new Workspace.Pool();
-    /** Weight formats whose decode products {@link ComputeDevice#warmUp} has readied on this engine's device. */
-    private final Set<Quantizer> warmedUp = ConcurrentHashMap.newKeySet();
+    /**
+     * Weight formats and row lengths ({@code "q4_k/8192"}) whose decode products {@link ComputeDevice#warmUp} has
+     * readied on this engine's device.
+     */
+    private final Set<String> warmedUp = ConcurrentHashMap.newKeySet();
     /** Formats whose one-row {@code decode} this engine has run until compiled ({@link #warmUp}). */
     private final Set<Quantizer> decodeWarmedUp = ConcurrentHashMap.newKeySet();
     /**
@@ -277,12 +281,16 @@ public final class Engine implements AutoCloseable {
     }
 
     /**
-     * Readies the output matrix's products ({@link ComputeDevice#warmUp}) before the session's first prefill, when its
-     * format takes float activations in this session (otherwise they go through {@link ComputeDevice#matmulEncoded})
-     * and the device has not readied it yet. The output projection is the first one-row product a session runs (the
-     * prefill's last position), when the whole model has just become resident; the layers' formats first run one row
-     * at a time in decode steps. Readying the layers' formats too measured no lower a peak (852.1-853.8 MiB against
-     * 846.6-850.5 for the output's alone, {@code bench -m 1b-q4_0.gguf -p 512}, separate runs).
+     * Readies the decode products ({@link ComputeDevice#warmUp}) before the session's first prefill: the output
+     * matrix's and the first layer matrix of each format and row length, where the format takes float activations in
+     * this session (otherwise they go through {@link ComputeDevice#matmulEncoded}) and the device has not readied that
+     * pair yet. The output projection is the first one-row product a session runs (the prefill's last position), when
+     * the whole model has just become resident, and the layers' products first run in decode steps, after it: a
+     * kernel C2 compiled then had its arena on top of the resident model. With the output's alone, the two-row Q4_K
+     * and Q6_K kernels of the down projection (8,192-element rows) took {@code bench -m 1b-q4_k_m.gguf -p 512 -n 16 -r
+     * 2} to a peak of 930.8 and 933.8 MiB (aim 898.7); with the layers' too, 879.3 and 879.3. The Q4_0 file: 851.8
+     * and 847.1 against 846.9 and 846.9 (aim 858.3); Q8_0 1,384.8 against 1,374.8 (aim 1,461.7); separate runs,
+     * alternating (Zen 5 VM, 2026-12-04).
      *
      * <p>Also, once per format, the embedding's {@code decode} of one row, the first thing every step runs: where no
      * layer shares the embedding's format (Q6_K beside Q4_0 or TQ2_0 layers) nothing else runs that method, and a few
@@ -293,10 +301,17 @@ public final class Engine implements AutoCloseable {
      * rows, 7.31 and 7.84 without.
      */
     private void warmUp(LlamaModel model, Map<Quantizer, Quantizer> activationFormats) {
-        WeightMatrix output = model.output();
-        Quantizer format = output.format();
-        if (!activationFormats.containsKey(format) && warmedUp.add(format)) {
-            device.warmUp(List.of(output));
+        List<WeightMatrix> ready = new ArrayList<>();
+        offerWarmUp(model.output(), activationFormats, ready);
+        for (int l = 0; l < model.config().layers(); l++) {
+            LlamaModel.Layer layer = model.layer(l);
+            for (WeightMatrix w : List.of(layer.wq(), layer.wk(), layer.wv(), layer.wo(), layer.gate(), layer.up(),
+                    layer.down())) {
+                offerWarmUp(w, activationFormats, ready);
+            }
+        }
+        if (!ready.isEmpty()) {
+            device.warmUp(ready);
         }
         WeightMatrix embedding = model.embedding();
         if (decodeWarmedUp.add(embedding.format())) {
@@ -305,6 +320,13 @@ public final class Engine implements AutoCloseable {
             for (int i = 0; i < WARM_UP_EMBEDDING_DECODES; i++) {
                 embedding.format().decode(embedding.data(), embedding.rowBytes() * (i % rows), row, 0, row.length);
             }
+        }
+    }
+
+    /** Adds {@code w} to {@code ready} if its format takes float activations and its format and row length are new. */
+    private void offerWarmUp(WeightMatrix w, Map<Quantizer, Quantizer> activationFormats, List<WeightMatrix> ready) {
+        if (!activationFormats.containsKey(w.format()) && warmedUp.add(w.format().id() + "/" + w.cols())) {
+            ready.add(w);
         }
     }
 
