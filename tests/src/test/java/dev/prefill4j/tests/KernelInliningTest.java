@@ -39,18 +39,57 @@ class KernelInliningTest {
             + "failed to inline: (NodeCountInliningCutoff|too big|hot method too big|size > DesiredMethodLimit"
             + "|already compiled into a (big|medium) method)");
 
+    /** The child JVM's run of {@link KernelWorkout} over every registered format, shared by both checks. */
+    private static Cli.Result workout;
+
+    private static synchronized Cli.Result workout() throws Exception {
+        if (workout == null) {
+            List<String> formats = PluginRegistry.builder().properties(java.util.Map.of()).build().quantizers().keySet()
+                    .stream().sorted().toList();
+            assertTrue(formats.containsAll(List.of("f16", "q8_0", "q4_0", "q4_k", "q6_k", "tq1_0", "tq2_0")),
+                    formats.toString());
+            String classPath = System.getProperty("surefire.test.class.path", System.getProperty("java.class.path"));
+            List<String> cmd = new ArrayList<>(List.of(Path.of(System.getProperty("java.home"), "bin", "java")
+                    .toString(), "--add-modules", "jdk.incubator.vector", "-XX:+UnlockDiagnosticVMOptions",
+                    "-XX:+PrintInlining", "-cp", classPath, KernelWorkout.class.getName(), "3000"));
+            cmd.addAll(formats);
+            Cli.Result r = Cli.exec(cmd);
+            assertEquals(0, r.exit(), () -> r.err() + r.out().lines().filter(l -> l.contains("Exception")).toList());
+            workout = r;
+        }
+        return workout;
+    }
+
+    /**
+     * The compiled decode products allocate nothing. A kernel whose vectors C2 could not keep in registers boxes them
+     * (an object and a payload array each) every block or row; Q4_K's packed dot did so in a third of the processes
+     * while it converted with {@code convert(I2F, 0)} (see its Javadoc), at about 10 KB a 64-row call. Each format
+     * and row length may allocate at most {@value #ALLOWED_BYTES_PER_CALL} bytes a call once compiled.
+     */
+    @Test
+    void compiledDecodeProductsDoNotAllocate() throws Exception {
+        Cli.Result r = workout();
+        Matcher m = ALLOCATED.matcher(r.out());
+        List<String> allocating = new ArrayList<>();
+        int seen = 0;
+        while (m.find()) {
+            seen++;
+            if (Long.parseLong(m.group(3)) > ALLOWED_BYTES_PER_CALL) {
+                allocating.add(m.group(1) + " at " + m.group(2) + " elements: " + m.group(3) + " bytes a call");
+            }
+        }
+        assertTrue(seen >= 14, "expected an allocation line per format and row length, saw " + seen);
+        assertTrue(allocating.isEmpty(), "decode products that allocate once compiled: " + allocating);
+    }
+
+    /** {@code allocated <format> <elements> <bytes>}, printed by {@link KernelWorkout}. */
+    private static final Pattern ALLOCATED = Pattern.compile("allocated (\\S+) (\\d+) (\\d+)");
+    /** Bytes a 64-row call may allocate: far below one boxed vector a row (about 100 bytes each). */
+    private static final long ALLOWED_BYTES_PER_CALL = 256;
+
     @Test
     void noVectorCallIsLeftOutOfLine() throws Exception {
-        List<String> formats = PluginRegistry.builder().properties(java.util.Map.of()).build().quantizers().keySet()
-                .stream().sorted().toList();
-        assertTrue(formats.containsAll(List.of("f16", "q8_0", "q4_0", "q4_k", "q6_k", "tq1_0", "tq2_0")), formats.toString());
-        String classPath = System.getProperty("surefire.test.class.path", System.getProperty("java.class.path"));
-        List<String> cmd = new ArrayList<>(List.of(Path.of(System.getProperty("java.home"), "bin", "java").toString(),
-                "--add-modules", "jdk.incubator.vector", "-XX:+UnlockDiagnosticVMOptions", "-XX:+PrintInlining",
-                "-cp", classPath, KernelWorkout.class.getName(), "3000"));
-        cmd.addAll(formats);
-        Cli.Result r = Cli.exec(cmd);
-        assertEquals(0, r.exit(), () -> r.err() + r.out().lines().filter(l -> l.contains("Exception")).toList());
+        Cli.Result r = workout();
         assertTrue(r.out().contains("inline (hot)"), "no inlining printed: " + r.err()); // C2 did compile something
         List<String> boxed = new ArrayList<>();
         Matcher m = REFUSED.matcher(r.out());

@@ -17,9 +17,17 @@ import java.util.SplittableRandom;
  * activations encoded in its activation format ({@code --activations quantized}); then the default backend's
  * products over those rows (decode's fused dots, prefill's GEMM, the fused gate/up pair), RMSNorm and RoPE.
  *
+ * <p>After each format's and row length's workout it prints {@code allocated <format> <elements> <bytes>}: what
+ * this thread allocated per further {@code dotPreparedRows} call over the 64 rows ({@link #MEASURED_CALLS} calls).
+ *
  * <p>Arguments: iterations at 2,048 elements (a quarter as many at 8,192), then format ids.
  */
 final class KernelWorkout {
+    /** Calls of {@code dotPreparedRows} (64 rows each) whose allocated bytes are printed per format and row length. */
+    static final int MEASURED_CALLS = 200;
+    private static final com.sun.management.ThreadMXBean THREADS =
+            (com.sun.management.ThreadMXBean) java.lang.management.ManagementFactory.getThreadMXBean();
+
     private KernelWorkout() {
     }
 
@@ -65,6 +73,14 @@ final class KernelWorkout {
                         sink += q.dotEncoded(data, (it % rows) * rowBytes, act, 0, k);
                     }
                 }
+                // Once compiled, the decode product allocates nothing: a vector C2 left boxed shows up here.
+                long before = THREADS.getCurrentThreadAllocatedBytes();
+                for (int c = 0; c < MEASURED_CALLS; c++) {
+                    q.dotPreparedRows(data, 0, rowBytes, rows, x, 0, prepared, 0, k, out, 0);
+                    sink += out[c % rows];
+                }
+                System.out.println("allocated " + id + " " + k + " "
+                        + (THREADS.getCurrentThreadAllocatedBytes() - before) / MEASURED_CALLS);
                 sink += device(registry, new WeightMatrix("w", q, data, rows, k), iterations / 50);
             }
         }
