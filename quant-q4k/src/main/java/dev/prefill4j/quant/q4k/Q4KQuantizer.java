@@ -134,19 +134,18 @@ public final class Q4KQuantizer implements Quantizer {
     }
 
     /**
-     * With 16 float lanes {@link #dotPacked16}. Otherwise fused, nothing decoded to memory: per sub-block of 32,
-     * {@code sum(q * x)} in vector lanes (the nibbles widened
-     * to ints with zero extension, so the high one is a plain shift), times {@code d * scale} into one of two
-     * accumulators; the minimum terms {@code -dmin * min * sum(x)} of a super-block come from the prepared sums of
-     * activations in one vector product ({@link #prepareActivations}); lanes are added in a fixed order at the end.
-     * The row is staged once: read in place instead, as the Q6_K dot reads its super-blocks (each 16-byte header
-     * copied to a small array for {@link KQuants#scalesAndMins}, which compiled too large to inline on a segment), it
-     * ran slower, {@code bench -m 1b-q4_k_m.gguf -p 16 -n 32 -r 2 --profile}, three alternating pairs: {@code
-     * ffn_gate+up} 10.5, 9.0, 9.1 against 13.7, 12.5, 13.0 GB/s, tg32 14.66, 12.62, 12.88 against 17.60, 16.07, 17.37
-     * tok/s (Zen 5 VM, 2026-12-04). Against summing {@code x} per sub-block here, as every row did before the backend
-     * prepared the sums once per matrix product: 1.52x per 2,048-element row (median of 15 in-process A/B rounds, for
-     * 256 rows, in L2, and for 8,192). The eight scales and mins of a super-block are unpacked together first ({@link
-     * KQuants#scalesAndMins}).
+     * With 16 float lanes {@link #dotPacked16}. Otherwise fused, nothing decoded to memory: per sub-block of 32, {@code
+     * sum(q * x)} in vector lanes (the nibbles widened to ints with zero extension, so the high one is a plain shift),
+     * times {@code d * scale} into one of two accumulators; the minimum terms {@code -dmin * min * sum(x)} of a
+     * super-block come from the prepared sums of activations in one vector product ({@link #prepareActivations}); lanes
+     * are added in a fixed order at the end. The row is staged once: read in place instead, as the Q6_K dot reads its
+     * super-blocks (each 16-byte header copied to a small array for {@link KQuants#scalesAndMins}, which compiled too
+     * large to inline on a segment), it ran slower, {@code bench -m 1b-q4_k_m.gguf -p 16 -n 32 -r 2 --profile}, three
+     * alternating pairs: {@code ffn_gate+up} 10.5, 9.0, 9.1 against 13.7, 12.5, 13.0 GB/s, tg32 14.66, 12.62, 12.88
+     * against 17.60, 16.07, 17.37 tok/s (Zen 5 VM, 2026-12-04). Against summing {@code x} per sub-block here, as every
+     * row did before the backend prepared the sums once per matrix product: 1.52x per 2,048-element row (median of 15
+     * in-process A/B rounds, for 256 rows, in L2, and for 8,192). The eight scales and mins of a super-block are
+     * unpacked together first ({@link KQuants#scalesAndMins}).
      */
     @Override
     public float dotPrepared(MemorySegment src, long offset, float[] x, int xOffset, float[] prepared,
@@ -202,10 +201,11 @@ public final class Q4KQuantizer implements Quantizer {
 
     /**
      * With the packed form, rows longer than 4,096 elements two at a time ({@link #pairPacked16}, through {@link
-     * KQuants#dotPreparedRows}); otherwise one call a row. Rows of 8,192 elements prepare 36 KiB, which with the weights streaming through overflow L1: each
-     * prepared vector loaded once for two rows, {@code bench -m 1b-q4_k_m.gguf -p 16 -n 64 -r 1 --verify-tokens 0
-     * --profile}, three alternating pairs: {@code ffn_down} (half of its matrices Q4_K) at 0.61-0.67 of the Q6_K
-     * output matrix's GB/s in the same process against 0.50-0.53 one row at a time (Zen 5 VM, 2026-12-04).
+     * KQuants#dotPreparedRows}); otherwise one call a row. Rows of 8,192 elements prepare 36 KiB, which with the
+     * weights streaming through overflow L1: each prepared vector loaded once for two rows, {@code bench -m
+     * 1b-q4_k_m.gguf -p 16 -n 64 -r 1 --verify-tokens 0 --profile}, three alternating pairs: {@code ffn_down} (half of
+     * its matrices Q4_K) at 0.61-0.67 of the Q6_K output matrix's GB/s in the same process against 0.50-0.53 one row at
+     * a time (Zen 5 VM, 2026-12-04).
      */
     @Override
     public void dotPreparedRows(MemorySegment src, long offset, long stride, int rows, float[] x, int xOffset,
@@ -218,23 +218,24 @@ public final class Q4KQuantizer implements Quantizer {
     private static final KQuants.PairKernel PAIRS = Q4KQuantizer::pairPacked16;
 
     /**
-     * {@link #dotPrepared}'s packed form for 16 float lanes, reading the super-blocks where they are mapped: each half's
-     * 64 bytes of nibbles in one vector, int lane {@code i} holding four bytes of sub-blocks {@code 4h} and {@code
-     * 4h + 1} (lanes 0-7) or {@code 4h + 2} and {@code 4h + 3} (lanes 8-15); a nibble is taken out by a shift and a
-     * mask, converted and multiplied with the activations {@link #prepareActivations} put in that order, the products
-     * of low and of high nibbles added apart and each scaled once by its sub-blocks' {@code d * scale} (a lane permute
-     * of the super-block's factors, {@link KQuants#factors16}); the minimum terms from one vector product per half
-     * with the prepared sums. Against the staged form (below, which it replaced on AVX-512), {@code bench -m
-     * 1b-q4_k_m.gguf -p 16 -n 64 -r 1 --verify-tokens 0 --profile}, three alternating pairs: {@code ffn_gate+up} at
-     * 0.74-0.80 of the Q6_K output matrix's GB/s in the same process against 0.53-0.56 (17.3-20.9 against 11.5-14.8
-     * GB/s; Zen 5 VM, 2026-12-04, the machine's speed moving by a quarter between runs).
+     * {@link #dotPrepared}'s packed form for 16 float lanes, reading the super-blocks where they are mapped: each
+     * half's 64 bytes of nibbles in one vector, int lane {@code i} holding four bytes of sub-blocks {@code 4h} and
+     * {@code 4h + 1} (lanes 0-7) or {@code 4h + 2} and {@code 4h + 3} (lanes 8-15); a nibble is taken out by a shift
+     * and a mask, converted and multiplied with the activations {@link #prepareActivations} put in that order, the
+     * products of low and of high nibbles added apart and each scaled once by its sub-blocks' {@code d * scale} (a lane
+     * permute of the super-block's factors, {@link KQuants#factors16}); the minimum terms from one vector product per
+     * half with the prepared sums. Against the staged form ({@link #dotPrepared}; it still runs with 8 lanes), {@code
+     * bench -m 1b-q4_k_m.gguf -p 16 -n 64 -r 1 --verify-tokens 0 --profile}, three alternating pairs: {@code
+     * ffn_gate+up} at 0.74-0.80 of the Q6_K output matrix's GB/s in the same process against 0.53-0.56 (17.3-20.9
+     * against 11.5-14.8 GB/s; Zen 5 VM, 2026-12-04, the machine's speed moving by a quarter between runs).
      *
-     * <p>Conversions are written {@code convertShape(I2F, f, 0)}, with the species a constant: with {@code
-     * convert(I2F, 0)} the result's species is looked up ({@code AbstractSpecies.computeSpecies}, too large to
-     * inline), C2 first failed to intrinsify the conversions and tried again later, and in about a third of the
-     * processes (4 of 14) the compiled kernel kept a boxed vector for one or two of the last {@code and}s of the loop
-     * body (JFR allocation samples there; young collections 40,000-107,000 against 4,000-14,000 a run), tg64 2.4-10.9
-     * against 20-24 tok/s. Eight processes with {@code convertShape}: none.
+     *
+     * <p>Conversions are written {@code convertShape(I2F, f, 0)}, with the species a constant: with {@code convert(I2F,
+     * 0)} the result's species is looked up ({@code AbstractSpecies.computeSpecies}, too large to inline), C2 first
+     * failed to intrinsify the conversions and tried again later, and in about a third of the processes (4 of 14) the
+     * compiled kernel kept a boxed vector for one or two of the last {@code and}s of the loop body (JFR allocation
+     * samples there; young collections 40,000-107,000 against 4,000-14,000 a run), tg64 2.4-10.9 against 20-24 tok/s.
+     * Eight processes with {@code convertShape}: none.
      */
     private static float dotPacked16(MemorySegment src, long offset, float[] prepared, int preparedOffset,
                                      int blocks) {
@@ -257,13 +258,17 @@ public final class Q4KQuantizer implements Quantizer {
                     .convertShape(VectorOperators.I2F, f, 0)).mul(FloatVector.fromArray(f, prepared, p + 16));
             tl = ((FloatVector) v.lanewise(VectorOperators.LSHR, 8).and(nibble).convertShape(VectorOperators.I2F, f, 0))
                     .fma(FloatVector.fromArray(f, prepared, p + 32), tl);
-            th = ((FloatVector) v.lanewise(VectorOperators.LSHR, 12).and(nibble).convertShape(VectorOperators.I2F, f, 0))
+            th = ((FloatVector) v.lanewise(VectorOperators.LSHR, 12).and(nibble)
+                    .convertShape(VectorOperators.I2F, f, 0))
                     .fma(FloatVector.fromArray(f, prepared, p + 48), th);
-            tl = ((FloatVector) v.lanewise(VectorOperators.LSHR, 16).and(nibble).convertShape(VectorOperators.I2F, f, 0))
+            tl = ((FloatVector) v.lanewise(VectorOperators.LSHR, 16).and(nibble)
+                    .convertShape(VectorOperators.I2F, f, 0))
                     .fma(FloatVector.fromArray(f, prepared, p + 64), tl);
-            th = ((FloatVector) v.lanewise(VectorOperators.LSHR, 20).and(nibble).convertShape(VectorOperators.I2F, f, 0))
+            th = ((FloatVector) v.lanewise(VectorOperators.LSHR, 20).and(nibble)
+                    .convertShape(VectorOperators.I2F, f, 0))
                     .fma(FloatVector.fromArray(f, prepared, p + 80), th);
-            tl = ((FloatVector) v.lanewise(VectorOperators.LSHR, 24).and(nibble).convertShape(VectorOperators.I2F, f, 0))
+            tl = ((FloatVector) v.lanewise(VectorOperators.LSHR, 24).and(nibble)
+                    .convertShape(VectorOperators.I2F, f, 0))
                     .fma(FloatVector.fromArray(f, prepared, p + 96), tl);
             th = ((FloatVector) v.lanewise(VectorOperators.LSHR, 28).convertShape(VectorOperators.I2F, f, 0))
                     .fma(FloatVector.fromArray(f, prepared, p + 112), th);
@@ -278,13 +283,17 @@ public final class Q4KQuantizer implements Quantizer {
                     .convertShape(VectorOperators.I2F, f, 0)).mul(FloatVector.fromArray(f, prepared, p + 160));
             tl = ((FloatVector) v.lanewise(VectorOperators.LSHR, 8).and(nibble).convertShape(VectorOperators.I2F, f, 0))
                     .fma(FloatVector.fromArray(f, prepared, p + 176), tl);
-            th = ((FloatVector) v.lanewise(VectorOperators.LSHR, 12).and(nibble).convertShape(VectorOperators.I2F, f, 0))
+            th = ((FloatVector) v.lanewise(VectorOperators.LSHR, 12).and(nibble)
+                    .convertShape(VectorOperators.I2F, f, 0))
                     .fma(FloatVector.fromArray(f, prepared, p + 192), th);
-            tl = ((FloatVector) v.lanewise(VectorOperators.LSHR, 16).and(nibble).convertShape(VectorOperators.I2F, f, 0))
+            tl = ((FloatVector) v.lanewise(VectorOperators.LSHR, 16).and(nibble)
+                    .convertShape(VectorOperators.I2F, f, 0))
                     .fma(FloatVector.fromArray(f, prepared, p + 208), tl);
-            th = ((FloatVector) v.lanewise(VectorOperators.LSHR, 20).and(nibble).convertShape(VectorOperators.I2F, f, 0))
+            th = ((FloatVector) v.lanewise(VectorOperators.LSHR, 20).and(nibble)
+                    .convertShape(VectorOperators.I2F, f, 0))
                     .fma(FloatVector.fromArray(f, prepared, p + 224), th);
-            tl = ((FloatVector) v.lanewise(VectorOperators.LSHR, 24).and(nibble).convertShape(VectorOperators.I2F, f, 0))
+            tl = ((FloatVector) v.lanewise(VectorOperators.LSHR, 24).and(nibble)
+                    .convertShape(VectorOperators.I2F, f, 0))
                     .fma(FloatVector.fromArray(f, prepared, p + 240), tl);
             th = ((FloatVector) v.lanewise(VectorOperators.LSHR, 28).convertShape(VectorOperators.I2F, f, 0))
                     .fma(FloatVector.fromArray(f, prepared, p + 256), th);
@@ -321,36 +330,64 @@ public final class Q4KQuantizer implements Quantizer {
                     o, ByteOrder.LITTLE_ENDIAN).convertShape(VectorOperators.ZERO_EXTEND_B2I, IntVector.SPECIES_512, 0),
                     Blocks.fp16(src, o), Blocks.fp16(src, o + 2));
             FloatVector smB = KQuants.factors16((IntVector) ByteVector.fromMemorySegment(ByteVector.SPECIES_128, src,
-                    o + stride, ByteOrder.LITTLE_ENDIAN).convertShape(VectorOperators.ZERO_EXTEND_B2I, IntVector.SPECIES_512, 0),
+                    o + stride, ByteOrder.LITTLE_ENDIAN)
+                            .convertShape(VectorOperators.ZERO_EXTEND_B2I, IntVector.SPECIES_512, 0),
                     Blocks.fp16(src, o + stride), Blocks.fp16(src, o + stride + 2));
             IntVector v0 = ByteVector.fromMemorySegment(ByteVector.SPECIES_512, src, o + 16, ByteOrder.LITTLE_ENDIAN)
                     .reinterpretAsInts();
-            IntVector vB0 = ByteVector.fromMemorySegment(ByteVector.SPECIES_512, src, o + stride + 16, ByteOrder.LITTLE_ENDIAN)
+            IntVector vB0 = ByteVector.fromMemorySegment(ByteVector.SPECIES_512, src, o + stride + 16,
+                    ByteOrder.LITTLE_ENDIAN)
                     .reinterpretAsInts();
             FloatVector x00 = FloatVector.fromArray(f, prepared, p);
             FloatVector tl = ((FloatVector) v0.and(nibble).convertShape(VectorOperators.I2F, f, 0)).mul(x00);
             FloatVector tlB = ((FloatVector) vB0.and(nibble).convertShape(VectorOperators.I2F, f, 0)).mul(x00);
             FloatVector x01 = FloatVector.fromArray(f, prepared, p + 16);
-            FloatVector th = ((FloatVector) v0.lanewise(VectorOperators.LSHR, 4).and(nibble).convertShape(VectorOperators.I2F, f, 0)).mul(x01);
-            FloatVector thB = ((FloatVector) vB0.lanewise(VectorOperators.LSHR, 4).and(nibble).convertShape(VectorOperators.I2F, f, 0)).mul(x01);
+            FloatVector th = ((FloatVector) v0.lanewise(VectorOperators.LSHR, 4).and(nibble)
+                    .convertShape(VectorOperators.I2F, f, 0))
+                    .mul(x01);
+            FloatVector thB = ((FloatVector) vB0.lanewise(VectorOperators.LSHR, 4).and(nibble)
+                    .convertShape(VectorOperators.I2F, f, 0))
+                    .mul(x01);
             FloatVector x02 = FloatVector.fromArray(f, prepared, p + 32);
-            tl = ((FloatVector) v0.lanewise(VectorOperators.LSHR, 8).and(nibble).convertShape(VectorOperators.I2F, f, 0)).fma(x02, tl);
-            tlB = ((FloatVector) vB0.lanewise(VectorOperators.LSHR, 8).and(nibble).convertShape(VectorOperators.I2F, f, 0)).fma(x02, tlB);
+            tl = ((FloatVector) v0.lanewise(VectorOperators.LSHR, 8).and(nibble)
+                    .convertShape(VectorOperators.I2F, f, 0))
+                    .fma(x02, tl);
+            tlB = ((FloatVector) vB0.lanewise(VectorOperators.LSHR, 8).and(nibble)
+                    .convertShape(VectorOperators.I2F, f, 0))
+                    .fma(x02, tlB);
             FloatVector x03 = FloatVector.fromArray(f, prepared, p + 48);
-            th = ((FloatVector) v0.lanewise(VectorOperators.LSHR, 12).and(nibble).convertShape(VectorOperators.I2F, f, 0)).fma(x03, th);
-            thB = ((FloatVector) vB0.lanewise(VectorOperators.LSHR, 12).and(nibble).convertShape(VectorOperators.I2F, f, 0)).fma(x03, thB);
+            th = ((FloatVector) v0.lanewise(VectorOperators.LSHR, 12).and(nibble)
+                    .convertShape(VectorOperators.I2F, f, 0))
+                    .fma(x03, th);
+            thB = ((FloatVector) vB0.lanewise(VectorOperators.LSHR, 12).and(nibble)
+                    .convertShape(VectorOperators.I2F, f, 0))
+                    .fma(x03, thB);
             FloatVector x04 = FloatVector.fromArray(f, prepared, p + 64);
-            tl = ((FloatVector) v0.lanewise(VectorOperators.LSHR, 16).and(nibble).convertShape(VectorOperators.I2F, f, 0)).fma(x04, tl);
-            tlB = ((FloatVector) vB0.lanewise(VectorOperators.LSHR, 16).and(nibble).convertShape(VectorOperators.I2F, f, 0)).fma(x04, tlB);
+            tl = ((FloatVector) v0.lanewise(VectorOperators.LSHR, 16).and(nibble)
+                    .convertShape(VectorOperators.I2F, f, 0))
+                    .fma(x04, tl);
+            tlB = ((FloatVector) vB0.lanewise(VectorOperators.LSHR, 16).and(nibble)
+                    .convertShape(VectorOperators.I2F, f, 0))
+                    .fma(x04, tlB);
             FloatVector x05 = FloatVector.fromArray(f, prepared, p + 80);
-            th = ((FloatVector) v0.lanewise(VectorOperators.LSHR, 20).and(nibble).convertShape(VectorOperators.I2F, f, 0)).fma(x05, th);
-            thB = ((FloatVector) vB0.lanewise(VectorOperators.LSHR, 20).and(nibble).convertShape(VectorOperators.I2F, f, 0)).fma(x05, thB);
+            th = ((FloatVector) v0.lanewise(VectorOperators.LSHR, 20).and(nibble)
+                    .convertShape(VectorOperators.I2F, f, 0))
+                    .fma(x05, th);
+            thB = ((FloatVector) vB0.lanewise(VectorOperators.LSHR, 20).and(nibble)
+                    .convertShape(VectorOperators.I2F, f, 0))
+                    .fma(x05, thB);
             FloatVector x06 = FloatVector.fromArray(f, prepared, p + 96);
-            tl = ((FloatVector) v0.lanewise(VectorOperators.LSHR, 24).and(nibble).convertShape(VectorOperators.I2F, f, 0)).fma(x06, tl);
-            tlB = ((FloatVector) vB0.lanewise(VectorOperators.LSHR, 24).and(nibble).convertShape(VectorOperators.I2F, f, 0)).fma(x06, tlB);
+            tl = ((FloatVector) v0.lanewise(VectorOperators.LSHR, 24).and(nibble)
+                    .convertShape(VectorOperators.I2F, f, 0))
+                    .fma(x06, tl);
+            tlB = ((FloatVector) vB0.lanewise(VectorOperators.LSHR, 24).and(nibble)
+                    .convertShape(VectorOperators.I2F, f, 0))
+                    .fma(x06, tlB);
             FloatVector x07 = FloatVector.fromArray(f, prepared, p + 112);
-            th = ((FloatVector) v0.lanewise(VectorOperators.LSHR, 28).convertShape(VectorOperators.I2F, f, 0)).fma(x07, th);
-            thB = ((FloatVector) vB0.lanewise(VectorOperators.LSHR, 28).convertShape(VectorOperators.I2F, f, 0)).fma(x07, thB);
+            th = ((FloatVector) v0.lanewise(VectorOperators.LSHR, 28).convertShape(VectorOperators.I2F, f, 0))
+                    .fma(x07, th);
+            thB = ((FloatVector) vB0.lanewise(VectorOperators.LSHR, 28).convertShape(VectorOperators.I2F, f, 0))
+                    .fma(x07, thB);
             a0 = tl.fma(sm.rearrange(LOW0), a0);
             a1 = th.fma(sm.rearrange(HIGH0), a1);
             b0 = tlB.fma(smB.rearrange(LOW0), b0);
@@ -360,32 +397,59 @@ public final class Q4KQuantizer implements Quantizer {
             minsB = smB.fma(s0, minsB);
             IntVector v1 = ByteVector.fromMemorySegment(ByteVector.SPECIES_512, src, o + 80, ByteOrder.LITTLE_ENDIAN)
                     .reinterpretAsInts();
-            IntVector vB1 = ByteVector.fromMemorySegment(ByteVector.SPECIES_512, src, o + stride + 80, ByteOrder.LITTLE_ENDIAN)
+            IntVector vB1 = ByteVector.fromMemorySegment(ByteVector.SPECIES_512, src, o + stride + 80,
+                    ByteOrder.LITTLE_ENDIAN)
                     .reinterpretAsInts();
             FloatVector x10 = FloatVector.fromArray(f, prepared, p + 144);
             tl = ((FloatVector) v1.and(nibble).convertShape(VectorOperators.I2F, f, 0)).mul(x10);
             tlB = ((FloatVector) vB1.and(nibble).convertShape(VectorOperators.I2F, f, 0)).mul(x10);
             FloatVector x11 = FloatVector.fromArray(f, prepared, p + 160);
-            th = ((FloatVector) v1.lanewise(VectorOperators.LSHR, 4).and(nibble).convertShape(VectorOperators.I2F, f, 0)).mul(x11);
-            thB = ((FloatVector) vB1.lanewise(VectorOperators.LSHR, 4).and(nibble).convertShape(VectorOperators.I2F, f, 0)).mul(x11);
+            th = ((FloatVector) v1.lanewise(VectorOperators.LSHR, 4).and(nibble)
+                    .convertShape(VectorOperators.I2F, f, 0))
+                    .mul(x11);
+            thB = ((FloatVector) vB1.lanewise(VectorOperators.LSHR, 4).and(nibble)
+                    .convertShape(VectorOperators.I2F, f, 0))
+                    .mul(x11);
             FloatVector x12 = FloatVector.fromArray(f, prepared, p + 176);
-            tl = ((FloatVector) v1.lanewise(VectorOperators.LSHR, 8).and(nibble).convertShape(VectorOperators.I2F, f, 0)).fma(x12, tl);
-            tlB = ((FloatVector) vB1.lanewise(VectorOperators.LSHR, 8).and(nibble).convertShape(VectorOperators.I2F, f, 0)).fma(x12, tlB);
+            tl = ((FloatVector) v1.lanewise(VectorOperators.LSHR, 8).and(nibble)
+                    .convertShape(VectorOperators.I2F, f, 0))
+                    .fma(x12, tl);
+            tlB = ((FloatVector) vB1.lanewise(VectorOperators.LSHR, 8).and(nibble)
+                    .convertShape(VectorOperators.I2F, f, 0))
+                    .fma(x12, tlB);
             FloatVector x13 = FloatVector.fromArray(f, prepared, p + 192);
-            th = ((FloatVector) v1.lanewise(VectorOperators.LSHR, 12).and(nibble).convertShape(VectorOperators.I2F, f, 0)).fma(x13, th);
-            thB = ((FloatVector) vB1.lanewise(VectorOperators.LSHR, 12).and(nibble).convertShape(VectorOperators.I2F, f, 0)).fma(x13, thB);
+            th = ((FloatVector) v1.lanewise(VectorOperators.LSHR, 12).and(nibble)
+                    .convertShape(VectorOperators.I2F, f, 0))
+                    .fma(x13, th);
+            thB = ((FloatVector) vB1.lanewise(VectorOperators.LSHR, 12).and(nibble)
+                    .convertShape(VectorOperators.I2F, f, 0))
+                    .fma(x13, thB);
             FloatVector x14 = FloatVector.fromArray(f, prepared, p + 208);
-            tl = ((FloatVector) v1.lanewise(VectorOperators.LSHR, 16).and(nibble).convertShape(VectorOperators.I2F, f, 0)).fma(x14, tl);
-            tlB = ((FloatVector) vB1.lanewise(VectorOperators.LSHR, 16).and(nibble).convertShape(VectorOperators.I2F, f, 0)).fma(x14, tlB);
+            tl = ((FloatVector) v1.lanewise(VectorOperators.LSHR, 16).and(nibble)
+                    .convertShape(VectorOperators.I2F, f, 0))
+                    .fma(x14, tl);
+            tlB = ((FloatVector) vB1.lanewise(VectorOperators.LSHR, 16).and(nibble)
+                    .convertShape(VectorOperators.I2F, f, 0))
+                    .fma(x14, tlB);
             FloatVector x15 = FloatVector.fromArray(f, prepared, p + 224);
-            th = ((FloatVector) v1.lanewise(VectorOperators.LSHR, 20).and(nibble).convertShape(VectorOperators.I2F, f, 0)).fma(x15, th);
-            thB = ((FloatVector) vB1.lanewise(VectorOperators.LSHR, 20).and(nibble).convertShape(VectorOperators.I2F, f, 0)).fma(x15, thB);
+            th = ((FloatVector) v1.lanewise(VectorOperators.LSHR, 20).and(nibble)
+                    .convertShape(VectorOperators.I2F, f, 0))
+                    .fma(x15, th);
+            thB = ((FloatVector) vB1.lanewise(VectorOperators.LSHR, 20).and(nibble)
+                    .convertShape(VectorOperators.I2F, f, 0))
+                    .fma(x15, thB);
             FloatVector x16 = FloatVector.fromArray(f, prepared, p + 240);
-            tl = ((FloatVector) v1.lanewise(VectorOperators.LSHR, 24).and(nibble).convertShape(VectorOperators.I2F, f, 0)).fma(x16, tl);
-            tlB = ((FloatVector) vB1.lanewise(VectorOperators.LSHR, 24).and(nibble).convertShape(VectorOperators.I2F, f, 0)).fma(x16, tlB);
+            tl = ((FloatVector) v1.lanewise(VectorOperators.LSHR, 24).and(nibble)
+                    .convertShape(VectorOperators.I2F, f, 0))
+                    .fma(x16, tl);
+            tlB = ((FloatVector) vB1.lanewise(VectorOperators.LSHR, 24).and(nibble)
+                    .convertShape(VectorOperators.I2F, f, 0))
+                    .fma(x16, tlB);
             FloatVector x17 = FloatVector.fromArray(f, prepared, p + 256);
-            th = ((FloatVector) v1.lanewise(VectorOperators.LSHR, 28).convertShape(VectorOperators.I2F, f, 0)).fma(x17, th);
-            thB = ((FloatVector) vB1.lanewise(VectorOperators.LSHR, 28).convertShape(VectorOperators.I2F, f, 0)).fma(x17, thB);
+            th = ((FloatVector) v1.lanewise(VectorOperators.LSHR, 28).convertShape(VectorOperators.I2F, f, 0))
+                    .fma(x17, th);
+            thB = ((FloatVector) vB1.lanewise(VectorOperators.LSHR, 28).convertShape(VectorOperators.I2F, f, 0))
+                    .fma(x17, thB);
             a0 = tl.fma(sm.rearrange(LOW1), a0);
             a1 = th.fma(sm.rearrange(HIGH1), a1);
             b0 = tlB.fma(smB.rearrange(LOW1), b0);
