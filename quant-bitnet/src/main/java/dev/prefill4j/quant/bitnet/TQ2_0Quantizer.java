@@ -87,12 +87,14 @@ public final class TQ2_0Quantizer extends TernaryQuantizer {
         var floats = Ternary.floats();
         int lanes = floats.length();
         // With 4 lanes each load takes 8 bytes: the row is staged (Blocks.stage leaves slack after it), or the last
-        // load of the last block could read past the tensor.
-        MemorySegment b = lanes < 8 ? MemorySegment.ofArray(Blocks.stage(src, offset, blocks * BYTES))
-                : src.asSlice(offset, (long) blocks * BYTES);
+        // load of the last block could read past the tensor. Otherwise the row is read at its offset in src: a slice
+        // of it (asSlice) was an object a row that C2 did not always remove (40 bytes a row, KernelInliningTest).
+        boolean staged = lanes < 8;
+        MemorySegment b = staged ? MemorySegment.ofArray(Blocks.stage(src, offset, blocks * BYTES)) : src;
+        long at = staged ? 0 : offset;
         FloatVector acc = FloatVector.zero(floats);
         for (int k = 0; k < blocks; k++) {
-            long o = (long) k * BYTES;
+            long o = at + (long) k * BYTES;
             int base = xOffset + k * Ternary.QK;
             FloatVector s0 = FloatVector.zero(floats);
             FloatVector s1 = s0;
