@@ -28,6 +28,9 @@ import org.junit.jupiter.api.Test;
  * -XX:+PrintInlining} and fails on any call that C2 refused for that reason, or any other (the callee too big,
  * already compiled large), if the method called has a vector parameter or result. Calls with scalar arguments only
  * may stay out of line (they cost a call, not an allocation).
+ *
+ * <p>The same run also measures what each format's compiled decode product allocates a call ({@code allocated}
+ * lines of {@link KernelWorkout}): a vector C2 boxed inside a kernel, with no call refused, shows up there.
  */
 class KernelInliningTest {
     /**
