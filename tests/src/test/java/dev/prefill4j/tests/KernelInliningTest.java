@@ -71,8 +71,9 @@ class KernelInliningTest {
      * under one boxed vector a row: a stray small object a row (TQ2_0's row slice, 40 bytes, which C2 removed in some
      * processes and not in others until the kernel stopped making it) stays below that. The workout measured 0 for
      * every format, and run with {@code -XX:TieredStopAtLevel=1} (C1, which boxes every vector) 9.7-43 MB a call for
-     * Q4_K and Q6_K. It takes the quietest of three windows of calls: with one window, F32 at 8,192 elements once
-     * allocated 55,296 bytes a call (in one of nine runs), a window in which some method still ran in C1's code.
+     * Q4_K and Q6_K. It takes the quietest of up to eight windows of calls: with one window, F32 at 8,192 elements
+     * once allocated 55,296 bytes a call (in one of nine runs), and with three, Q4_K at 8,192 28.6 MB in one of eleven
+     * (C1's code in every window: its pair kernel's C2 compilation not yet in place).
      */
     @Test
     void compiledDecodeProductsBoxNoVectors() throws Exception {

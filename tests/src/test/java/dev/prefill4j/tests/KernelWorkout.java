@@ -18,16 +18,16 @@ import java.util.SplittableRandom;
  * products over those rows (decode's fused dots, prefill's GEMM, the fused gate/up pair), RMSNorm and RoPE.
  *
  * <p>After each format's and row length's workout it prints {@code allocated <format> <elements> <bytes>}: what
- * this thread allocated per further {@code dotPreparedRows} call over the 64 rows, in the quietest of {@link
- * #MEASURED_WINDOWS} windows of {@link #MEASURED_CALLS} calls.
+ * this thread allocated per further {@code dotPreparedRows} call over the 64 rows, in the quietest of up to {@link
+ * #MEASURED_WINDOWS} windows of {@link #MEASURED_CALLS} calls (the first that allocated nothing ends them).
  *
  * <p>Arguments: iterations at 2,048 elements (a quarter as many at 8,192), then format ids.
  */
 final class KernelWorkout {
     /** Calls of {@code dotPreparedRows} (64 rows each) a window whose allocated bytes are measured. */
     static final int MEASURED_CALLS = 200;
-    /** Windows measured per format and row length; the one that allocated least is printed. */
-    static final int MEASURED_WINDOWS = 3;
+    /** Windows measured per format and row length, at most; the one that allocated least is printed. */
+    static final int MEASURED_WINDOWS = 8;
     private static final com.sun.management.ThreadMXBean THREADS =
             (com.sun.management.ThreadMXBean) java.lang.management.ManagementFactory.getThreadMXBean();
 
@@ -77,10 +77,11 @@ final class KernelWorkout {
                     }
                 }
                 // Once compiled, the decode product allocates nothing: a vector C2 left boxed shows up here, in
-                // every window. The quietest of several windows is printed, so that a window in which a method still
-                // ran in C1's code (a recompilation after a trap, or a compilation still queued) does not count.
+                // every window. The quietest of several windows is printed (the first that allocated nothing ends
+                // them), so that a window in which a method still ran in C1's code (a recompilation after a trap, or
+                // a compilation still queued) does not count.
                 long least = Long.MAX_VALUE;
-                for (int window = 0; window < MEASURED_WINDOWS; window++) {
+                for (int window = 0; window < MEASURED_WINDOWS && least > 0; window++) {
                     long before = THREADS.getCurrentThreadAllocatedBytes();
                     for (int c = 0; c < MEASURED_CALLS; c++) {
                         q.dotPreparedRows(data, 0, rowBytes, rows, x, 0, prepared, 0, k, out, 0);
