@@ -93,24 +93,29 @@ public final class Q4_0Quantizer implements Quantizer {
     }
 
     /**
-     * One float per block: the sum of its 32 activations, for the {@code -8} of every weight ({@link #dotPrepared});
-     * none with 16 float lanes, where the dot takes {@code q - 8} from a table ({@link #dotByTable}).
+     * One float per block: the sum of its 32 activations, for the {@code -8} of every weight ({@link #dotPrepared}).
+     * With 16 float lanes, {@code count + count / 8}: the activations in the order {@link #dotOctets} reads the
+     * nibbles, and the sums it takes the {@code -8} from ({@link #prepareOctets}); none for rows longer than {@link
+     * #ONE_ROW_MAX_COUNT}, which the table dot reads with {@code x} alone.
      */
     @Override
     public int preparedActivations(int count) {
         Blocks.checkCount(count, QK, id());
-        return LEVELS != null ? 0 : count / QK;
+        return OCTETS ? (count <= ONE_ROW_MAX_COUNT ? count + count / 8 : 0) : count / QK;
     }
 
     /**
-     * Each block's sum of activations, vector lanes added lane-wise, then by {@link Lanes#sum}'s fixed tree; nothing
-     * with 16 float lanes.
+     * Each block's sum of activations, vector lanes added lane-wise, then by {@link Lanes#sum}'s fixed tree; with 16
+     * float lanes, {@link #prepareOctets}.
      */
     @Override
     public void prepareActivations(float[] x, int xOffset, int count, float[] prepared, int preparedOffset) {
         Blocks.checkCount(count, QK, id());
-        if (LEVELS != null) {
-            return; // nothing to prepare (preparedActivations is 0)
+        if (OCTETS) {
+            if (count <= ONE_ROW_MAX_COUNT) {
+                prepareOctets(x, xOffset, count, prepared, preparedOffset);
+            }
+            return;
         }
         for (int k = 0; k < count / QK; k++) {
             FloatVector sum = FloatVector.zero(FLOATS);
@@ -132,10 +137,12 @@ public final class Q4_0Quantizer implements Quantizer {
      * floats, multiplied by the block's {@code d} and accumulated against the activations ({@code sum q * d * x}); the
      * {@code -8} of every weight comes once per block as {@code -8 * d * sum(x)} from the prepared sums, in a scalar
      * running sum; four accumulators (two vectors of each nibble half), lanes added in a fixed order at the end. With
-     * 16 lanes the nibbles select their values from a table instead, a block at a time ({@link #dotByTable}); with 8
-     * lanes a block at a time, its four products added first and multiplied by {@code d} once, into one running sum
-     * (JMH {@code Matmul -p format=q4_0 -p rows=1 -p threads=1 -jvmArgsAppend -XX:MaxVectorSize=32}, 8 lanes on the Zen
-     * 5 VM, three alternating forks: 2,726-2,771 against 2,925-2,962 ops/s for the four-sum form, 2026-12-03; not
+     * 16 lanes eight blocks a step from activations prepared in the order of the nibbles' bits ({@link #dotOctets});
+     * rows longer than {@link #ONE_ROW_MAX_COUNT} (which {@link #dotPreparedRows} reads three at a time) and machines
+     * without 32 int16 lanes a block a step, the nibbles selecting their values from a table ({@link #dotByTable});
+     * with 8 lanes a block at a time, its four products added first and multiplied by {@code d} once, into one running
+     * sum (JMH {@code Matmul -p format=q4_0 -p rows=1 -p threads=1 -jvmArgsAppend -XX:MaxVectorSize=32}, 8 lanes on the
+     * Zen 5 VM, three alternating forks: 2,726-2,771 against 2,925-2,962 ops/s for the four-sum form, 2026-12-03; not
      * measured on an AVX2 machine); with 4, blocks in pairs. Against the earlier form (row staged into an array, {@code
      * q - 8} per weight, each block's products summed before one multiply by {@code d}), one thread on a Zen 3 VM
      * (AVX2), 2,048-element rows, medians of 12 in-process rounds in each of two processes: 1.23x and 1.33x with rows
@@ -149,6 +156,15 @@ public final class Q4_0Quantizer implements Quantizer {
                              int preparedOffset, int count) {
         Blocks.checkCount(count, QK, id());
         int blocks = count / QK;
+        if (OCTETS && count <= ONE_ROW_MAX_COUNT) {
+            float sum = dotOctets(src, offset, prepared, preparedOffset, count);
+            if (Float.isNaN(sum)) { // an infinite or NaN d (or activation): the exact conversion
+                return dotByTable(src, offset, x, xOffset, blocks);
+            }
+            int done = count / OCTET * 8;
+            return done == blocks ? sum
+                    : sum + dotByTable(src, offset + (long) done * BYTES, x, xOffset + done * QK, blocks - done);
+        }
         if (LEVELS != null) {
             return dotByTable(src, offset, x, xOffset, blocks);
         }
@@ -217,6 +233,170 @@ public final class Q4_0Quantizer implements Quantizer {
     }
 
     /**
+     * Whether {@link #dotPrepared} takes eight blocks a step ({@link #dotOctets}): with 16 float lanes and 32 int16
+     * lanes (AVX-512 with BW), where the two-vector lane permute it gathers the nibbles with is one instruction.
+     */
+    static final boolean OCTETS = FLOATS.length() == 16 && ShortVector.SPECIES_PREFERRED.length() == 32;
+    private static final VectorSpecies<Short> SHORTS_512 = ShortVector.SPECIES_512;
+    /** Elements and bytes of the eight blocks {@link #dotOctets} takes a step. */
+    private static final int OCTET = 8 * QK;
+    private static final int OCTET_BYTES = 8 * BYTES;
+    /**
+     * Lane permutes of {@link #dotOctets}, in int16 units (a block is 9 of them, its {@code d} the first): the
+     * {@code qs} of blocks 0-3 from the step's first two 64-byte loads (at 0 and 64), of blocks 4-7 from its second
+     * and third (at 64 and 80), each block's 8 units into 4 int lanes; and each block's {@code d} into the high half of
+     * its 4 int lanes, zeros (from a zero vector, index 32) into the low half.
+     */
+    private static final ShortVector QS_LOW = permute((b, u) -> 9 * b + 1 + u);
+    private static final ShortVector QS_HIGH = permute((b, u) -> {
+        int at = 9 * (4 + b) + 1 + u;
+        return at < 64 ? at - 32 : 32 + at - 40;
+    });
+    private static final ShortVector D_LOW = permute((b, u) -> u % 2 == 0 ? 32 : 9 * b);
+    private static final ShortVector D_HIGH = permute((b, u) -> u % 2 == 0 ? 32 : 9 * (4 + b) - 32);
+    private static final ShortVector NO_SHORTS = ShortVector.zero(SHORTS_512);
+    /** 2^112: the fp16 bits moved to a float's place are the value times 2^-112 (exactly, subnormals included). */
+    private static final float FP16_BIAS = 0x1p112f;
+    /** The exponent bits of an fp16 in the high half of an int: all set for infinity and NaN. */
+    private static final int FP16_EXPONENT = 0x7C00_0000;
+
+    private interface UnitIndex {
+        int of(int block, int unit);
+    }
+
+    /** {@return 32 int16 lanes: lane {@code 8b + u} is {@code index.of(b, u)}} (b &lt; 4, u &lt; 8) */
+    private static ShortVector permute(UnitIndex index) {
+        if (!OCTETS) {
+            return null;
+        }
+        short[] lanes = new short[32];
+        for (int b = 0; b < 4; b++) {
+            for (int u = 0; u < 8; u++) {
+                lanes[8 * b + u] = (short) index.of(b, u);
+            }
+        }
+        return ShortVector.fromArray(SHORTS_512, lanes, 0);
+    }
+
+    /**
+     * Activations for {@link #dotOctets}, per 128 elements (four blocks) {@code g}: at {@code 128g + 16s + 4b + m}
+     * the activation that nibble {@code s} of int lane {@code 4b + m} multiplies (block {@code b}'s byte {@code 4m +
+     * s/2}, element {@code 4m + s/2 + 16(s % 2)}), times {@code 2^-4s} for {@code s < 7}, since the kernel masks nibble
+     * {@code s} in place, leaving it {@code 16^s} times its value (a power of two: the product's rounding is the same,
+     * unless the scaled activation is subnormal, below 2^-98 in magnitude); then, after all {@code count}, at {@code
+     * count + 16g + 4b + m}, {@code -8} times the sum of the 8 activations of that lane (added in the order of
+     * {@code s}).
+     */
+    private static void prepareOctets(float[] x, int xOffset, int count, float[] prepared, int at) {
+        for (int g = 0; g < count / 128; g++) {
+            FloatVector sum = FloatVector.zero(FLOATS);
+            for (int s = 0; s < 8; s++) { // a gather of the 16 lanes' activations, s / 2 + 16(s % 2) on
+                int first = xOffset + 128 * g + s / 2 + 16 * (s % 2);
+                FloatVector v = FloatVector.fromArray(FLOATS, x, first, LANE_ELEMENTS, 0);
+                sum = sum.add(v);
+                v.mul(s < 7 ? Math.scalb(1f, -4 * s) : 1f).intoArray(prepared, at + 128 * g + 16 * s);
+            }
+            sum.mul(-8f).intoArray(prepared, at + count + 16 * g);
+        }
+    }
+
+    /** The element of a group of four blocks whose nibble 0 int lane {@code 4b + m} holds: {@code 32b + 4m}. */
+    private static final int[] LANE_ELEMENTS = IntStream.range(0, 16).map(l -> 32 * (l / 4) + 4 * (l % 4)).toArray();
+
+    /**
+     * {@link #dotPrepared} with 16 float lanes, eight blocks (144 bytes) a step, read in place: three 64-byte loads (at
+     * 0, 64 and 80) and two-vector lane permutes gather four blocks' {@code qs} into 16 int lanes (four a block), so
+     * that each of the eight nibbles of an int lane is one mask ({@code and}, in place) or the top one shift away from
+     * a vector of 16 weights, converted to floats and multiplied with the activations prepared in that order ({@link
+     * #prepareOctets}); the {@code -8} comes from the prepared sums. Each block's {@code d} is gathered into its four
+     * lanes the same way (into an int's high half) and converted by bit moves and one multiply: the fp16's exponent
+     * and mantissa shifted into a float's place give its value times 2^-112. Infinite and NaN {@code d}, which that
+     * conversion would not keep, make it return NaN, and {@link #dotPrepared} then takes the row to {@link
+     * #dotByTable}, as it does the blocks after the last full eight (no call in here: a vector live across one was
+     * boxed in some compilations).
+     * About 13 instructions a block in C2's code against about 20 for the table dot one block a step, which on the
+     * Zen 5 VM's cores (about 4 a cycle) set the speed: a harness outside the repository (one thread, rows of 2,048 of
+     * random codes) 14.6-15.6 GB/s against 11.9-12.5 with 512 rows in L2, 13.1-13.7 against 11.0-11.7 streamed from
+     * memory; in the model ({@code bench -m 1b-q4_0.gguf -p 16 -n 64 -r 1 --verify-tokens 0 --profile}, alternating
+     * processes) {@code ffn_gate+up} at 0.78-0.80 of the Q6_K output matrix's GB/s against 0.69-0.74 (2026-12-04,
+     * docs/performance-notes.md: "Eight Q4_0 blocks a loop step"). Four blocks a step (two loads) was no faster: the
+     * bounds checks of each segment load cost as much as the instructions saved. The body is near what C2 compiles
+     * whole: with its int operands (masks, the fp16 bias) broadcast in the loop, some compilations left the last
+     * intrinsics to the Vector API's Java fallbacks ({@code KernelInliningTest}'s allocation check); broadcast once
+     * before the loop, none in eleven workouts, and as fast.
+     */
+    private static float dotOctets(MemorySegment src, long offset, float[] y, int at, int count) {
+        int steps = count / OCTET;
+        int sums = at + count;
+        FloatVector acc = FloatVector.zero(FLOATS);
+        IntVector exponents = IntVector.zero(INTS);
+        // Written out in this method, as the other kernels here are: a helper taking and returning vectors can be
+        // compiled on its own and box them.
+        var f = FLOATS;
+        var i2f = VectorOperators.I2F;
+        // Every int operand broadcast once, here, not by each operation (see the Javadoc).
+        IntVector m0 = IntVector.broadcast(INTS, 0xF);
+        IntVector m1 = IntVector.broadcast(INTS, 0xF0);
+        IntVector m2 = IntVector.broadcast(INTS, 0xF00);
+        IntVector m3 = IntVector.broadcast(INTS, 0xF000);
+        IntVector m4 = IntVector.broadcast(INTS, 0xF_0000);
+        IntVector m5 = IntVector.broadcast(INTS, 0xF0_0000);
+        IntVector m6 = IntVector.broadcast(INTS, 0xF00_0000);
+        IntVector exponentBits = IntVector.broadcast(INTS, FP16_EXPONENT);
+        IntVector notCopies = IntVector.broadcast(INTS, 0x8FFF_FFFF);
+        FloatVector bias = FloatVector.broadcast(f, FP16_BIAS);
+        for (int i = 0; i < steps; i++) {
+            long o = offset + (long) i * OCTET_BYTES;
+            int p = at + i * OCTET;
+            ShortVector a = ShortVector.fromMemorySegment(SHORTS_512, src, o, LE);
+            ShortVector b = ShortVector.fromMemorySegment(SHORTS_512, src, o + 64, LE);
+            ShortVector c = ShortVector.fromMemorySegment(SHORTS_512, src, o + 80, LE);
+            IntVector q;
+            IntVector h;
+            FloatVector t;
+            FloatVector u;
+            // Blocks 0-3 (qs from a and b, d from a), then blocks 4-7 (qs from b and c, d from b).
+            q = QS_LOW.selectFrom(a, b).reinterpretAsInts();
+            h = D_LOW.selectFrom(a, NO_SHORTS).reinterpretAsInts();
+            t = ((FloatVector) q.and(m0).convertShape(i2f, f, 0))
+                    .fma(FloatVector.fromArray(f, y, p), FloatVector.fromArray(f, y, sums + i * 32));
+            u = ((FloatVector) q.and(m1).convertShape(i2f, f, 0)).mul(FloatVector.fromArray(f, y, p + 16));
+            t = ((FloatVector) q.and(m2).convertShape(i2f, f, 0)).fma(FloatVector.fromArray(f, y, p + 32), t);
+            u = ((FloatVector) q.and(m3).convertShape(i2f, f, 0)).fma(FloatVector.fromArray(f, y, p + 48), u);
+            t = ((FloatVector) q.and(m4).convertShape(i2f, f, 0)).fma(FloatVector.fromArray(f, y, p + 64), t);
+            u = ((FloatVector) q.and(m5).convertShape(i2f, f, 0)).fma(FloatVector.fromArray(f, y, p + 80), u);
+            t = ((FloatVector) q.and(m6).convertShape(i2f, f, 0)).fma(FloatVector.fromArray(f, y, p + 96), t);
+            u = ((FloatVector) q.lanewise(VectorOperators.LSHR, 28).convertShape(i2f, f, 0))
+                    .fma(FloatVector.fromArray(f, y, p + 112), u);
+            exponents = exponents.max(h.and(exponentBits));
+            acc = t.add(u).fma(h.lanewise(VectorOperators.ASHR, 3).and(notCopies).reinterpretAsFloats().mul(bias),
+                    acc);
+            q = QS_HIGH.selectFrom(b, c).reinterpretAsInts();
+            h = D_HIGH.selectFrom(b, NO_SHORTS).reinterpretAsInts();
+            t = ((FloatVector) q.and(m0).convertShape(i2f, f, 0))
+                    .fma(FloatVector.fromArray(f, y, p + 128), FloatVector.fromArray(f, y, sums + i * 32 + 16));
+            u = ((FloatVector) q.and(m1).convertShape(i2f, f, 0)).mul(FloatVector.fromArray(f, y, p + 144));
+            t = ((FloatVector) q.and(m2).convertShape(i2f, f, 0)).fma(FloatVector.fromArray(f, y, p + 160), t);
+            u = ((FloatVector) q.and(m3).convertShape(i2f, f, 0)).fma(FloatVector.fromArray(f, y, p + 176), u);
+            t = ((FloatVector) q.and(m4).convertShape(i2f, f, 0)).fma(FloatVector.fromArray(f, y, p + 192), t);
+            u = ((FloatVector) q.and(m5).convertShape(i2f, f, 0)).fma(FloatVector.fromArray(f, y, p + 208), u);
+            t = ((FloatVector) q.and(m6).convertShape(i2f, f, 0)).fma(FloatVector.fromArray(f, y, p + 224), t);
+            u = ((FloatVector) q.lanewise(VectorOperators.LSHR, 28).convertShape(i2f, f, 0))
+                    .fma(FloatVector.fromArray(f, y, p + 240), u);
+            exponents = exponents.max(h.and(exponentBits));
+            acc = t.add(u).fma(h.lanewise(VectorOperators.ASHR, 3).and(notCopies).reinterpretAsFloats().mul(bias),
+                    acc);
+        }
+        // The lane tree of Lanes.sum written out (see dotByTable).
+        FloatVector v = acc;
+        v = v.add(v.rearrange(Lanes.X8));
+        v = v.add(v.rearrange(Lanes.X4));
+        v = v.add(v.rearrange(Lanes.X2));
+        float sum = v.add(v.rearrange(Lanes.X1)).lane(0);
+        return exponents.reduceLanes(VectorOperators.MAX) == FP16_EXPONENT ? Float.NaN : sum;
+    }
+
+    /**
      * The float bits of {@code q - 8} for {@code q = 0..15}, one per lane of a 16-lane int vector: a nibble used as a
      * lane index selects its weight's value ({@code vpermd}) in one instruction, where widening it to a float and
      * subtracting 8 took two or more.
@@ -237,8 +417,8 @@ public final class Q4_0Quantizer implements Quantizer {
      * --profile}). A harness outside the repository (one thread, rows of the 1B file's geometry streamed from memory,
      * Zen 5 VM): 8,192 elements 7.3-7.6 GB/s with the pair loop against 9.1-10.5 with this one, 2,048 elements
      * 12.2-13.0 against 12.4; {@code bench -m 1b-q4_0.gguf -p 16 -n 64 -r 3 --profile}, six alternating pairs: {@code
-     * ffn_down.weight} 11.5-13.1 GB/s against 12.5-14.4 (five of six pairs faster). Needs no prepared sums ({@link
-     * #preparedActivations} is 0 here).
+     * ffn_down.weight} 11.5-13.1 GB/s against 12.5-14.4 (five of six pairs faster). Reads {@code x} itself, not the
+     * prepared activations.
      */
     private static float dotByTable(MemorySegment src, long offset, float[] x, int xOffset, int blocks) {
         IntVector levels = LEVELS;
@@ -274,20 +454,26 @@ public final class Q4_0Quantizer implements Quantizer {
 
     /**
      * With 16 float lanes and rows longer than {@link #ONE_ROW_MAX_COUNT}, three rows at a time ({@link
-     * #tripleByTable}), a third of the run apart so that the groups read three continuous streams of weights, the rest
-     * one at a time; otherwise one call a row.
+     * #tripleByTable}), a third of the run apart so that the groups read three continuous streams of weights, the one
+     * or two left over with the rows before them (computed twice, to the same bits: the one-row path for these rows,
+     * {@link #dotByTable}, is otherwise used so rarely that it can still be running in C1's code, which boxes every
+     * vector, long after the rest is compiled); otherwise one call a row.
      */
     @Override
     public void dotPreparedRows(MemorySegment src, long offset, long stride, int rows, float[] x, int xOffset,
                                 float[] prepared, int preparedOffset, int count, float[] out, int outIndex) {
         Blocks.checkCount(count, QK, id());
         int r = 0;
-        if (LEVELS != null && count > ONE_ROW_MAX_COUNT) {
+        if (LEVELS != null && count > ONE_ROW_MAX_COUNT && rows >= 3) {
             int q = rows / 3;
             for (int i = 0; i < q; i++) {
                 tripleByTable(src, offset + i * stride, q * stride, x, xOffset, count / QK, out, outIndex + i, q);
             }
-            r = 3 * q;
+            if (3 * q < rows) { // the last three rows again: those already done get the same bits
+                tripleByTable(src, offset + (rows - 3) * stride, stride, x, xOffset, count / QK, out,
+                        outIndex + rows - 3, 1);
+            }
+            return;
         }
         for (; r < rows; r++) {
             out[outIndex + r] = dotPrepared(src, offset + r * stride, x, xOffset, prepared, preparedOffset, count);

@@ -2,12 +2,16 @@ package dev.prefill4j.quant.q4_0;
 
 import static org.junit.jupiter.api.Assertions.assertArrayEquals;
 import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertFalse;
+import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import dev.prefill4j.api.testkit.QuantizerTestKit;
 import java.lang.foreign.Arena;
 import java.lang.foreign.MemorySegment;
 import java.lang.foreign.ValueLayout;
+import java.nio.ByteOrder;
 import java.util.List;
+import java.util.Random;
 import org.junit.jupiter.api.Test;
 
 class Q4_0FormatsTest {
@@ -50,5 +54,60 @@ class Q4_0FormatsTest {
     void q5_0PassesTheKit() {
         List<String> backends = QuantizerTestKit.verify(new Q5_0Quantizer(), new QuantizerTestKit.Tolerance(1.01 / 32, 1e-5));
         assertEquals(List.of("cpu"), backends);
+    }
+
+    /**
+     * The 16-lane dot converts each block's fp16 {@code d} by bit moves and a multiply, not by {@code
+     * Float.float16ToFloat}: a row of 35 blocks (four steps of eight and a tail) for each kind of {@code d} (zeros,
+     * subnormals, normals of both signs, the largest finite) checked against FP64 over the decoded weights, within
+     * 1e-5 of the sum of the products' magnitudes; and a row with one infinite or NaN {@code d} gives a non-finite
+     * product, as its decoded weights do.
+     */
+    @Test
+    void preparedDotKeepsEveryKindOfScale() {
+        var q = new Q4_0Quantizer();
+        int blocks = 35;
+        int n = 32 * blocks;
+        var fp16 = ValueLayout.JAVA_SHORT_UNALIGNED.withOrder(ByteOrder.LITTLE_ENDIAN);
+        Random random = new Random(7);
+        float[] x = new float[n];
+        for (int i = 0; i < n; i++) {
+            x[i] = random.nextFloat() * 2 - 1;
+        }
+        float[] prepared = new float[Math.max(1, q.preparedActivations(n))];
+        q.prepareActivations(x, 0, n, prepared, 0);
+        short[] scales = {0x0000, (short) 0x8000, 0x0001, (short) 0x8001, 0x03FF, 0x0400, 0x3C00, (short) 0xBC00,
+            0x1234, (short) 0xC321, 0x7BFF, (short) 0xFBFF};
+        for (short d : scales) {
+            MemorySegment row = Arena.ofAuto().allocate(18L * blocks);
+            for (int k = 0; k < blocks; k++) {
+                row.set(fp16, 18L * k, d);
+                for (int j = 0; j < 16; j++) {
+                    row.set(ValueLayout.JAVA_BYTE, 18L * k + 2 + j, (byte) random.nextInt());
+                }
+            }
+            float[] w = new float[n];
+            q.decode(row, 0, w, 0, n);
+            double ref = 0;
+            double magnitude = 0;
+            for (int i = 0; i < n; i++) {
+                ref += (double) w[i] * x[i];
+                magnitude += Math.abs((double) w[i] * x[i]);
+            }
+            float got = q.dotPrepared(row, 0, x, 0, prepared, 0, n);
+            assertTrue(Math.abs(got - ref) <= 1e-5 * magnitude, String.format(
+                    "d = 0x%04X: dotPrepared %s, FP64 %s", d & 0xFFFF, got, ref));
+        }
+        for (short d : new short[] {0x7C00, (short) 0xFC00, 0x7E00}) {
+            MemorySegment row = Arena.ofAuto().allocate(18L * blocks);
+            for (int k = 0; k < blocks; k++) {
+                row.set(fp16, 18L * k, k == 5 ? d : 0x3C00);
+                for (int j = 0; j < 16; j++) {
+                    row.set(ValueLayout.JAVA_BYTE, 18L * k + 2 + j, (byte) random.nextInt());
+                }
+            }
+            float got = q.dotPrepared(row, 0, x, 0, prepared, 0, n);
+            assertFalse(Float.isFinite(got), String.format("d = 0x%04X in one block: dotPrepared %s", d & 0xFFFF, got));
+        }
     }
 }
