@@ -314,8 +314,8 @@ public final class Q4_0Quantizer implements Quantizer {
      * conversion would not keep, make it return NaN, and {@link #dotPrepared} then takes the row to {@link
      * #dotByTable}, as it does the blocks after the last full eight (no call in here: a vector live across one was
      * boxed in some compilations).
-     * About 13 instructions a block in C2's code against about 20 for the table dot one block a step, which on the
-     * Zen 5 VM's cores (about 4 a cycle) set the speed: a harness outside the repository (one thread, rows of 2,048 of
+     * About 13 instructions a block in C2's code against about 18 for the table dot one block a step, which on the
+     * Zen 5 VM's cores (about 3.3 a cycle either way) set the speed: a harness outside the repository (one thread, rows of 2,048 of
      * random codes) 14.6-15.6 GB/s against 11.9-12.5 with 512 rows in L2, 13.1-13.7 against 11.0-11.7 streamed from
      * memory; in the model ({@code bench -m 1b-q4_0.gguf -p 16 -n 64 -r 1 --verify-tokens 0 --profile}, alternating
      * processes) {@code ffn_gate+up} at 0.78-0.80 of the Q6_K output matrix's GB/s against 0.69-0.74 (2026-12-04,
