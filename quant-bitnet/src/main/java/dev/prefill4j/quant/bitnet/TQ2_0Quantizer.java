@@ -121,6 +121,77 @@ public final class TQ2_0Quantizer extends TernaryQuantizer {
         return Ternary.sum(acc);
     }
 
+    @Override
+    float dotPacked(MemorySegment src, long offset, int blocks, float[] prepared, int at) {
+        return dotPacked16(src, offset, blocks, prepared, at);
+    }
+
+    /**
+     * The float dot product with 16 lanes, a block a step, read in place: the block's 64 bytes of trits in one load
+     * as 16 int lanes (lane {@code i} bytes {@code 4i..4i+3}); byte {@code b} of every lane is shifted down once, and
+     * each of its four trits is one mask ({@code and}, in place) away from a vector of 16 codes 0, 1, 2 times
+     * {@code 4^n}, converted to floats and multiplied with the activations {@link Ternary#prepare} put in that order
+     * and scaled by {@code 4^-n}; the top trit is shifted down instead. The codes' offset of -1 comes from the prepared
+     * negated sums, the first term of the first of four sums (one per {@code n}, added over {@code b}); the block's
+     * {@code (s0 + s1) + (s2 + s3)} is scaled by its {@code d}, the lanes added by {@link Ternary#sum}'s tree.
+     * Against {@link #dotRow} (a 16-byte load widened to int lanes per 64 trits, each trit a shift, the lane permute's
+     * index wrap and the permute away from -1, 0, +1), a harness outside the repository (one thread, 2,048-element
+     * rows of random codes streamed from 264 MiB, both kernels alternating in one process, four processes): 1.20-1.53x; in the model
+     * ({@code bench -m 1b-tq2_0.gguf -p 16 -n 64 -r 1 --verify-tokens 0 --profile}, alternating processes, three
+     * pairs) {@code ffn_gate+up} at 0.43-0.44 of the Q6_K output matrix's GB/s against 0.30-0.31, tg64 32.38-32.69
+     * against 26.78-27.80 tok/s (Zen 5 VM, 2026-12-04). Rows of 8,192 ran slower than {@link #dotRow} (0.78x; two rows
+     * a loop step sharing the activations' loads 0.83-0.89x, one float a block for the offsets instead of 16 no
+     * better), so they keep it ({@link Ternary#packed}).
+     * The int operands are broadcast once, before the loop: broadcast in the body, they left some of C2's compilations
+     * of a kernel of this size to the Vector API's Java fallbacks (Q4_0's, {@code KernelInliningTest}).
+     */
+    static float dotPacked16(MemorySegment src, long offset, int blocks, float[] y, int at) {
+        var f = FloatVector.SPECIES_512;
+        var i2f = VectorOperators.I2F;
+        IntVector m0 = IntVector.broadcast(IntVector.SPECIES_512, 0x03);
+        IntVector m1 = IntVector.broadcast(IntVector.SPECIES_512, 0x0C);
+        IntVector m2 = IntVector.broadcast(IntVector.SPECIES_512, 0x30);
+        IntVector m3 = IntVector.broadcast(IntVector.SPECIES_512, 0xC0);
+        FloatVector acc = FloatVector.zero(f);
+        for (int k = 0; k < blocks; k++) {
+            long o = offset + (long) k * BYTES;
+            int p = at + k * Ternary.PREPARED_PER_BLOCK;
+            // The scale read first: read last, the call stayed out of line (past C2's node-count cutoff for inlining)
+            // and the live vectors were spilled around it every block.
+            float d = Blocks.fp16(src, o + 64);
+            IntVector v = ByteVector.fromMemorySegment(ByteVector.SPECIES_512, src, o, ByteOrder.LITTLE_ENDIAN)
+                    .reinterpretAsInts();
+            // Byte 0 of each lane; the activations of trit n of byte b at p + 64n + 16b.
+            FloatVector s0 = ((FloatVector) v.and(m0).convertShape(i2f, f, 0))
+                    .fma(FloatVector.fromArray(f, y, p), FloatVector.fromArray(f, y, p + 256));
+            FloatVector s1 = ((FloatVector) v.and(m1).convertShape(i2f, f, 0)).mul(FloatVector.fromArray(f, y, p + 64));
+            FloatVector s2 = ((FloatVector) v.and(m2).convertShape(i2f, f, 0)).mul(FloatVector.fromArray(f, y, p + 128));
+            FloatVector s3 = ((FloatVector) v.and(m3).convertShape(i2f, f, 0)).mul(FloatVector.fromArray(f, y, p + 192));
+            IntVector w = v.lanewise(VectorOperators.LSHR, 8);
+            s0 = ((FloatVector) w.and(m0).convertShape(i2f, f, 0)).fma(FloatVector.fromArray(f, y, p + 16), s0);
+            s1 = ((FloatVector) w.and(m1).convertShape(i2f, f, 0)).fma(FloatVector.fromArray(f, y, p + 80), s1);
+            s2 = ((FloatVector) w.and(m2).convertShape(i2f, f, 0)).fma(FloatVector.fromArray(f, y, p + 144), s2);
+            s3 = ((FloatVector) w.and(m3).convertShape(i2f, f, 0)).fma(FloatVector.fromArray(f, y, p + 208), s3);
+            w = v.lanewise(VectorOperators.LSHR, 16);
+            s0 = ((FloatVector) w.and(m0).convertShape(i2f, f, 0)).fma(FloatVector.fromArray(f, y, p + 32), s0);
+            s1 = ((FloatVector) w.and(m1).convertShape(i2f, f, 0)).fma(FloatVector.fromArray(f, y, p + 96), s1);
+            s2 = ((FloatVector) w.and(m2).convertShape(i2f, f, 0)).fma(FloatVector.fromArray(f, y, p + 160), s2);
+            s3 = ((FloatVector) w.and(m3).convertShape(i2f, f, 0)).fma(FloatVector.fromArray(f, y, p + 224), s3);
+            w = v.lanewise(VectorOperators.LSHR, 24);
+            s0 = ((FloatVector) w.and(m0).convertShape(i2f, f, 0)).fma(FloatVector.fromArray(f, y, p + 48), s0);
+            s1 = ((FloatVector) w.and(m1).convertShape(i2f, f, 0)).fma(FloatVector.fromArray(f, y, p + 112), s1);
+            s2 = ((FloatVector) w.and(m2).convertShape(i2f, f, 0)).fma(FloatVector.fromArray(f, y, p + 176), s2);
+            s3 = ((FloatVector) v.lanewise(VectorOperators.LSHR, 30).convertShape(i2f, f, 0))
+                    .fma(FloatVector.fromArray(f, y, p + 240), s3);
+            acc = s0.add(s1).add(s2.add(s3)).fma(FloatVector.broadcast(f, d), acc);
+        }
+        // Ternary.sum's tree written out: a helper taking a vector boxes it when C2 leaves it out of line.
+        acc = acc.add(acc.rearrange(Ternary.X8));
+        acc = acc.add(acc.rearrange(Ternary.X4));
+        acc = acc.add(acc.rearrange(Ternary.X2));
+        return acc.add(acc.rearrange(Ternary.X1)).lane(0);
+    }
+
     /**
      * As {@link Ternary#dotQ8K}, with the trits tested where they are packed, read straight from the mapping: the packed
      * bytes are widened to 16-bit lanes once, and trit {@code n} of lane {@code m} is +1 where {@code bits & (3 << 2n)

@@ -38,10 +38,10 @@ final class Ternary {
      * next trit sit above them.
      */
     static final IntVector SIGNS = IntVector.fromArray(INTS, signs(INTS.length()), 0);
-    private static final VectorShuffle<Float> X8 = FLOATS.length() > 8 ? VectorShuffle.fromOp(FLOATS, i -> i ^ 8) : null;
-    private static final VectorShuffle<Float> X4 = FLOATS.length() > 4 ? VectorShuffle.fromOp(FLOATS, i -> i ^ 4) : null;
-    private static final VectorShuffle<Float> X2 = VectorShuffle.fromOp(FLOATS, i -> i ^ 2);
-    private static final VectorShuffle<Float> X1 = VectorShuffle.fromOp(FLOATS, i -> i ^ 1);
+    static final VectorShuffle<Float> X8 = FLOATS.length() > 8 ? VectorShuffle.fromOp(FLOATS, i -> i ^ 8) : null;
+    static final VectorShuffle<Float> X4 = FLOATS.length() > 4 ? VectorShuffle.fromOp(FLOATS, i -> i ^ 4) : null;
+    static final VectorShuffle<Float> X2 = VectorShuffle.fromOp(FLOATS, i -> i ^ 2);
+    static final VectorShuffle<Float> X1 = VectorShuffle.fromOp(FLOATS, i -> i ^ 1);
 
     private static int[] signs(int lanes) {
         int[] t = new int[lanes];
@@ -49,6 +49,54 @@ final class Ternary {
             t[i] = Float.floatToRawIntBits((i & 3) - 1);
         }
         return t;
+    }
+
+    /**
+     * Whether the packed dot runs ({@link TQ2_0Quantizer#dotPacked16}): with 16 float lanes (AVX-512), activations
+     * prepared in the order it takes the trits out of its int lanes ({@link #prepare}).
+     */
+    static final boolean PACKED16 = FLOATS.length() == 16;
+    /**
+     * {@return whether rows of {@code count} elements take the packed dot}: with 16 float lanes, for rows of up to 4,096
+     * elements. On rows of 8,192 (the FFN's down projection; 34 KiB prepared) the packed dot ran at 0.78x of {@link
+     * TQ2_0Quantizer#dotRow} in the harness its Javadoc names, and {@code ffn_down} took 8.44-9.31 against 7.89-7.96
+     * ms a token in the model, so those rows keep the lane permute dot. Why was not found: with two rows a step (each
+     * prepared vector loaded once) it ran at 0.83-0.89x, and with the prepared data cut to 32 KiB no better.
+     */
+    static boolean packed(int count) {
+        return PACKED16 && count <= 4096;
+    }
+
+    /** Floats {@link #prepare} writes a block: 256 activations in the packed dot's order, then 16 negated sums. */
+    static final int PREPARED_PER_BLOCK = 272;
+    /** The element of a block whose trit sits in the lowest bits of int lane {@code i}: {@code 128[i >= 8] + 4(i % 8)}. */
+    private static final int[] LANE_ELEMENTS = java.util.stream.IntStream.range(0, 16)
+            .map(i -> 128 * (i / 8) + 4 * (i % 8)).toArray();
+
+    /**
+     * Activations for {@link TQ2_0Quantizer#dotPacked16}, per block of 256 at {@code at + 272k}: at {@code 16(4n + b)
+     * + i} the activation whose trit int lane {@code i} of the block's 64 bytes holds in byte {@code b}, bits {@code
+     * 2n} (element {@code 128[i >= 8] + 32n + 4(i % 8) + b}, FORMATS.md §6.1), times {@code 4^-n}, since the kernel
+     * masks that trit in place, leaving it {@code 4^n} times its value (a power of two: the product rounds the same,
+     * unless the scaled activation is subnormal, below 2^-120 in magnitude), except the top trit ({@code b = n = 3}),
+     * which it shifts down; then at {@code 256 + i} minus the sum of lane {@code i}'s 16 activations (added in the
+     * order of {@code 4n + b}), since the trits come out as 0, 1, 2, not -1, 0, +1.
+     */
+    static void prepare(float[] x, int xOffset, int blocks, float[] prepared, int at) {
+        var f = FloatVector.SPECIES_512;
+        for (int k = 0; k < blocks; k++) {
+            int base = xOffset + k * QK;
+            int p = at + k * PREPARED_PER_BLOCK;
+            FloatVector sum = FloatVector.zero(f);
+            for (int n = 0; n < 4; n++) {
+                for (int b = 0; b < 4; b++) {
+                    FloatVector v = FloatVector.fromArray(f, x, base + 32 * n + b, LANE_ELEMENTS, 0);
+                    sum = sum.add(v);
+                    v.mul(b == 3 && n == 3 ? 1f : Math.scalb(1f, -2 * n)).intoArray(prepared, p + 16 * (4 * n + b));
+                }
+            }
+            sum.neg().intoArray(prepared, p + 256);
+        }
     }
 
     /** {@return the float lanes of the dot product} */

@@ -6,8 +6,9 @@ import java.lang.foreign.MemorySegment;
 
 /**
  * What both ternary formats share as quantizers: 256-element blocks with one fp16 scale, Q8_K activations (or, per
- * token, {@link Q8KTokenQuantizer}'s in the same layout), and the two dot products over staged blocks ({@link
- * Ternary}); a format supplies its layout.
+ * token, {@link Q8KTokenQuantizer}'s in the same layout), the two dot products over staged blocks ({@link
+ * Ternary}) and, with 16 float lanes, the packed float dot of TQ2_0's layout ({@link #dotPacked}); a format supplies
+ * its layout.
  */
 abstract sealed class TernaryQuantizer implements Quantizer permits TQ1_0Quantizer, TQ2_0Quantizer {
     @Override public final int blockSize() { return Ternary.QK; }
@@ -20,11 +21,45 @@ abstract sealed class TernaryQuantizer implements Quantizer permits TQ1_0Quantiz
     /** Writes the trits (0, 1, 2 for -1, 0, +1) of the staged block at {@code o} to {@code trits} in element order. */
     abstract void unpack(byte[] staged, int o, byte[] trits);
 
-    /** Activations times -1, 0 or +1 in vector lanes ({@link #dotRow}). */
+    /** With the packed dot, 272 floats a block ({@link Ternary#prepare}); otherwise none. */
+    @Override
+    public final int preparedActivations(int count) {
+        int blocks = blocks(count);
+        return Ternary.packed(count) ? blocks * Ternary.PREPARED_PER_BLOCK : 0;
+    }
+
+    @Override
+    public final void prepareActivations(float[] x, int xOffset, int count, float[] prepared, int preparedOffset) {
+        int blocks = blocks(count);
+        if (Ternary.packed(count)) {
+            Ternary.prepare(x, xOffset, blocks, prepared, preparedOffset);
+        }
+    }
+
+    /**
+     * Activations times the trits in vector lanes: where {@link Ternary#packed} prepared in a per-thread buffer for
+     * {@link #dotPacked} ({@link Blocks#dotByPreparing}), otherwise {@link #dotRow}.
+     */
     @Override
     public final float dot(MemorySegment src, long offset, float[] x, int xOffset, int count) {
-        return dotRow(src, offset, blocks(count), x, xOffset);
+        return Ternary.packed(count) ? Blocks.dotByPreparing(this, src, offset, x, xOffset, count)
+                : dotRow(src, offset, blocks(count), x, xOffset);
     }
+
+    @Override
+    public final float dotPrepared(MemorySegment src, long offset, float[] x, int xOffset, float[] prepared,
+                                   int preparedOffset, int count) {
+        int blocks = blocks(count);
+        return Ternary.packed(count) ? dotPacked(src, offset, blocks, prepared, preparedOffset)
+                : dotRow(src, offset, blocks, x, xOffset);
+    }
+
+    /**
+     * The packed dot product ({@link TQ2_0Quantizer#dotPacked16}) of {@code blocks} blocks at {@code offset} with
+     * activations {@link Ternary#prepare}d at {@code at}; both formats compute it by that one kernel, so they give the
+     * same bits.
+     */
+    abstract float dotPacked(MemorySegment src, long offset, int blocks, float[] prepared, int at);
 
     /**
      * The float dot product of {@code blocks} blocks at {@code offset}; by default the row is staged into an array and

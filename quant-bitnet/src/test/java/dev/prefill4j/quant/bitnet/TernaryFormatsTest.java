@@ -50,35 +50,39 @@ class TernaryFormatsTest {
 
     /**
      * The fused dot products (decode steps) of the two formats give the same bits for the same trits and scales, and
-     * equal the FP64 dot of the decoded weights to float accumulation error (1e-5 of sum |w x|).
+     * equal the FP64 dot of the decoded weights to float accumulation error (1e-5 of sum |w x|): for rows of 2,048
+     * (with 16 float lanes the packed dot, TQ1_0's trits rewritten in TQ2_0's layout) and of 8,192 (the lane permute
+     * dot).
      */
     @Test
     void bothFormatsDotToTheSameBits() {
         SplittableRandom r = new SplittableRandom(5);
-        int n = 256 * 8;
-        float[] w = new float[n];
-        float[] a = new float[n + 1];
-        for (int i = 0; i < n; i++) {
-            w[i] = (float) r.nextGaussian();
-            a[i + 1] = (float) r.nextGaussian();
-        }
-        float[] dots = new float[2];
-        dev.prefill4j.api.spi.Quantizer[] formats = {new TQ1_0Quantizer(), new TQ2_0Quantizer()};
-        for (int f = 0; f < 2; f++) {
-            MemorySegment seg = Arena.ofAuto().allocate(formats[f].byteSize(n));
-            formats[f].encode(w, 0, n, seg, 0);
-            float[] decoded = new float[n];
-            formats[f].decode(seg, 0, decoded, 0, n);
-            double ref = 0;
-            double mag = 0;
+        for (int n : new int[] {256 * 8, 256 * 32}) {
+            float[] w = new float[n];
+            float[] a = new float[n + 1];
             for (int i = 0; i < n; i++) {
-                ref += (double) decoded[i] * a[i + 1];
-                mag += Math.abs((double) decoded[i] * a[i + 1]);
+                w[i] = (float) r.nextGaussian();
+                a[i + 1] = (float) r.nextGaussian();
             }
-            dots[f] = formats[f].dot(seg, 0, a, 1, n);
-            assertEquals(ref, dots[f], 1e-5 * mag, formats[f].id());
+            float[] dots = new float[2];
+            dev.prefill4j.api.spi.Quantizer[] formats = {new TQ1_0Quantizer(), new TQ2_0Quantizer()};
+            for (int f = 0; f < 2; f++) {
+                MemorySegment seg = Arena.ofAuto().allocate(formats[f].byteSize(n));
+                formats[f].encode(w, 0, n, seg, 0);
+                float[] decoded = new float[n];
+                formats[f].decode(seg, 0, decoded, 0, n);
+                double ref = 0;
+                double mag = 0;
+                for (int i = 0; i < n; i++) {
+                    ref += (double) decoded[i] * a[i + 1];
+                    mag += Math.abs((double) decoded[i] * a[i + 1]);
+                }
+                dots[f] = formats[f].dot(seg, 0, a, 1, n);
+                assertEquals(ref, dots[f], 1e-5 * mag, formats[f].id() + " at " + n);
+            }
+            assertEquals(Float.floatToIntBits(dots[0]), Float.floatToIntBits(dots[1]),
+                    dots[0] + " vs " + dots[1] + " at " + n);
         }
-        assertEquals(Float.floatToIntBits(dots[0]), Float.floatToIntBits(dots[1]), dots[0] + " vs " + dots[1]);
     }
 
     private static float[] roundTrip(dev.prefill4j.api.spi.Quantizer q, float[] x) {
