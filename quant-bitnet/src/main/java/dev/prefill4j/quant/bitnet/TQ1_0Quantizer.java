@@ -101,7 +101,7 @@ public final class TQ1_0Quantizer extends TernaryQuantizer {
      * m < 16} trits 0, 2, 4 of {@code qs[32 + m]}, for {@code m >= 16} trits 1 and 3 of {@code qs[16 + m]} and trit
      * {@code (m - 16) / 4} of {@code qh[m % 4]} (FORMATS.md §6.1). Against unpacking to memory and the lane permute dot
      * ({@link Ternary#dot}), in the harness {@link TQ2_0Quantizer#dotPacked16} names: 1.28-1.32x; in the model (a
-     * TQ1_0 file quantized from the same 1B F16 file) {@code ffn_gate+up} at 0.14-0.16 of the output matrix's GB/s
+     * TQ1_0 file quantized from the same 1B F16 file) {@code ffn_gate+up} at 0.15-0.16 of the output matrix's GB/s
      * against 0.15-0.16, as fast (rewriting the trits in scalar code first made it 0.26-0.29x in the harness).
      */
     @Override
