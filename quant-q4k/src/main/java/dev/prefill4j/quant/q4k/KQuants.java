@@ -131,6 +131,8 @@ final class KQuants {
      * scaled sub-block scales; none of them calls another while it holds the buffer.
      */
     static final ThreadLocal<float[]> SCALES_AND_MINS = ThreadLocal.withInitial(() -> new float[16]);
+    /** The calling thread's one float for a single row of a matrix whose rows the pair kernels take. */
+    static final ThreadLocal<float[]> ONE = ThreadLocal.withInitial(() -> new float[1]);
     /** Lanes 0-7 scales, 8-15 mins: where each lane's low bits are, in the 16 bytes from a super-block's start. */
     private static final VectorShuffle<Integer> LOW_BITS = VectorShuffle.fromValues(IntVector.SPECIES_512,
             4, 5, 6, 7, 12, 13, 14, 15, 8, 9, 10, 11, 12, 13, 14, 15);

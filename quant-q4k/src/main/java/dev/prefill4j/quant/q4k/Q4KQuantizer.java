@@ -78,6 +78,19 @@ public final class Q4KQuantizer implements Quantizer {
         return PACKED16 ? VectorShuffle.fromOp(FloatVector.SPECIES_512, i -> 4 * h + (i >= 8 ? 2 : 0) + high) : null;
     }
 
+    /**
+     * {@return whether rows of {@code count} elements take {@link #dotPacked16}}, whose prepared activations are scaled
+     * for nibbles masked in place: with 16 float lanes, rows of up to 4,096 elements; longer ones go two at a time
+     * through {@link #pairPacked16}, which shifts the nibbles down (with the seven masks its loop ran slower: C2 kept
+     * them in no registers and broadcast them again in the loop).
+     */
+    private static boolean masked(int count) {
+        return PACKED16 && count <= 4096;
+    }
+
+    /** The factor of the activations of nibble {@code s} in {@link #dotPacked16}'s order: {@code 2^-4s}, 1 for the top. */
+    private static final float[] MASKED_SCALES = {1f, 0x1p-4f, 0x1p-8f, 0x1p-12f, 0x1p-16f, 0x1p-20f, 0x1p-24f, 1f};
+
     /** {@link #prepareActivations}' floats: 16 a super-block, or 288 with the packed form's reordered copy. */
     @Override
     public int preparedActivations(int count) {
@@ -92,13 +105,15 @@ public final class Q4KQuantizer implements Quantizer {
      * Without the packed form: sixteen floats, zeros where the scales are and the eight sums where the mins are. With
      * it, per half of 128 activations: the activations in the order the packed form takes the nibbles out of a lane
      * ({@code 16s + i} holds element {@code 32(2[i >= 8] + s % 2) + 4(i % 8) + s / 2} of the half: byte {@code s / 2}
-     * of int lane {@code i}, low nibble for even {@code s}), then sixteen floats with the sums of the half's four
-     * sub-blocks in the lanes of their mins and zeros elsewhere.
+     * of int lane {@code i}, low nibble for even {@code s}), for rows of up to 4,096 elements times {@code 2^-4s} for
+     * {@code s < 7} ({@link #masked}), then sixteen floats with the sums of the half's four sub-blocks in the lanes of
+     * their mins and zeros elsewhere.
      */
     @Override
     public void prepareActivations(float[] x, int xOffset, int count, float[] prepared, int preparedOffset) {
         Blocks.checkCount(count, QK, id());
         var sp = KQuants.FLOATS;
+        boolean masked = masked(count);
         for (int k = 0; k < count / QK; k++) {
             int p = preparedOffset + PREPARED_PER_BLOCK * k;
             int xb = xOffset + k * QK;
@@ -107,8 +122,8 @@ public final class Q4KQuantizer implements Quantizer {
                     int ph = p + 144 * h;
                     for (int s = 0; s < 8; s++) {
                         for (int i = 0; i < 16; i++) {
-                            prepared[ph + 16 * s + i] =
-                                    x[xb + 128 * h + 32 * ((i >= 8 ? 2 : 0) + s % 2) + 4 * (i % 8) + s / 2];
+                            prepared[ph + 16 * s + i] = (masked ? MASKED_SCALES[s] : 1f)
+                                    * x[xb + 128 * h + 32 * ((i >= 8 ? 2 : 0) + s % 2) + 4 * (i % 8) + s / 2];
                         }
                     }
                     Arrays.fill(prepared, ph + 128, ph + 144, 0f);
@@ -152,7 +167,14 @@ public final class Q4KQuantizer implements Quantizer {
                              int preparedOffset, int count) {
         Blocks.checkCount(count, QK, id());
         if (PACKED16) {
-            return dotPacked16(src, offset, prepared, preparedOffset, count / QK);
+            if (masked(count)) {
+                return dotPacked16(src, offset, prepared, preparedOffset, count / QK);
+            }
+            // A row of a longer matrix (the odd one after the pairs, or a single dot): the pair kernel over the row
+            // twice, which computes each row as one alone would.
+            float[] one = KQuants.ONE.get();
+            pairPacked16(src, offset, 0, prepared, preparedOffset, count / QK, one, 0, 0);
+            return one[0];
         }
         int blocks = count / QK;
         byte[] b = Blocks.stage(src, offset, blocks * BYTES);
@@ -220,15 +242,21 @@ public final class Q4KQuantizer implements Quantizer {
     /**
      * {@link #dotPrepared}'s packed form for 16 float lanes, reading the super-blocks where they are mapped: each
      * half's 64 bytes of nibbles in one vector, int lane {@code i} holding four bytes of sub-blocks {@code 4h} and
-     * {@code 4h + 1} (lanes 0-7) or {@code 4h + 2} and {@code 4h + 3} (lanes 8-15); a nibble is taken out by a shift
-     * and a mask, converted and multiplied with the activations {@link #prepareActivations} put in that order, the
+     * {@code 4h + 1} (lanes 0-7) or {@code 4h + 2} and {@code 4h + 3} (lanes 8-15); each nibble but the top one is
+     * masked in place ({@code and}; the top one shifted down), converted and multiplied with the activations {@link
+     * #prepareActivations} put in that order and scaled by {@code 2^-4s} for nibble {@code s} (a power of two: the
+     * same products unless the scaled activation is subnormal, below 2^-102 in magnitude), the
      * products of low and of high nibbles added apart and each scaled once by its sub-blocks' {@code d * scale} (a lane
      * permute of the super-block's factors, {@link KQuants#factors16}); the minimum terms from one vector product per
      * half with the prepared sums. Against the staged form ({@link #dotPrepared}; it still runs with 8 lanes), {@code
      * bench -m 1b-q4_k_m.gguf -p 16 -n 64 -r 1 --verify-tokens 0 --profile}, three alternating pairs: {@code
      * ffn_gate+up} at 0.74-0.80 of the Q6_K output matrix's GB/s in the same process against 0.53-0.56 (17.3-20.9
-     * against 11.5-14.8 GB/s; Zen 5 VM, 2026-12-04, the machine's speed moving by a quarter between runs).
-     *
+     * against 11.5-14.8 GB/s; Zen 5 VM, 2026-12-04, the machine's speed moving by a quarter between runs). Masking in
+     * place instead of a shift and a mask (six operations fewer a half): in a harness outside the repository (one
+     * thread, 2,048-element rows streamed from 144 MiB, both builds alternating in one process) 1.07x in three
+     * processes and 1.22, 1.23 and 0.97x in three more; in the model, four alternating pairs, {@code ffn_gate+up} at 0.75
+     * of the output matrix's GB/s in each against 0.72-0.74, tg64 26.45-27.75 against 26.66-27.20 tok/s (2026-12-04,
+     * evening). Rows of over 4,096 elements keep the shifts ({@link #masked}).
      *
      * <p>Conversions are written {@code convertShape(I2F, f, 0)}, with the species a constant: with {@code convert(I2F,
      * 0)} the result's species is looked up ({@code AbstractSpecies.computeSpecies}, too large to inline), C2 first
@@ -243,7 +271,15 @@ public final class Q4KQuantizer implements Quantizer {
         FloatVector a0 = FloatVector.zero(f);
         FloatVector a1 = a0;
         FloatVector mins = a0;
-        IntVector nibble = IntVector.broadcast(IntVector.SPECIES_512, 0x0F);
+        // Each nibble but the top one masked in place (its value times 16^s; the prepared activations carry 2^-4s),
+        // the masks broadcast once, here (see Q4_0's dotOctets for what broadcasting them in the loop body did).
+        IntVector m0 = IntVector.broadcast(IntVector.SPECIES_512, 0xF);
+        IntVector m1 = IntVector.broadcast(IntVector.SPECIES_512, 0xF0);
+        IntVector m2 = IntVector.broadcast(IntVector.SPECIES_512, 0xF00);
+        IntVector m3 = IntVector.broadcast(IntVector.SPECIES_512, 0xF000);
+        IntVector m4 = IntVector.broadcast(IntVector.SPECIES_512, 0xF_0000);
+        IntVector m5 = IntVector.broadcast(IntVector.SPECIES_512, 0xF0_0000);
+        IntVector m6 = IntVector.broadcast(IntVector.SPECIES_512, 0xF00_0000);
         for (int k = 0; k < blocks; k++) {
             long o = offset + (long) k * BYTES;
             int p = preparedOffset + PREPARED_PER_BLOCK * k;
@@ -252,22 +288,22 @@ public final class Q4KQuantizer implements Quantizer {
                     Blocks.fp16(src, o), Blocks.fp16(src, o + 2));
             IntVector v = ByteVector.fromMemorySegment(ByteVector.SPECIES_512, src, o + 16, ByteOrder.LITTLE_ENDIAN)
                     .reinterpretAsInts();
-            FloatVector tl = ((FloatVector) v.and(nibble).convertShape(VectorOperators.I2F, f, 0))
+            FloatVector tl = ((FloatVector) v.and(m0).convertShape(VectorOperators.I2F, f, 0))
                     .mul(FloatVector.fromArray(f, prepared, p));
-            FloatVector th = ((FloatVector) v.lanewise(VectorOperators.LSHR, 4).and(nibble)
+            FloatVector th = ((FloatVector) v.and(m1)
                     .convertShape(VectorOperators.I2F, f, 0)).mul(FloatVector.fromArray(f, prepared, p + 16));
-            tl = ((FloatVector) v.lanewise(VectorOperators.LSHR, 8).and(nibble).convertShape(VectorOperators.I2F, f, 0))
+            tl = ((FloatVector) v.and(m2).convertShape(VectorOperators.I2F, f, 0))
                     .fma(FloatVector.fromArray(f, prepared, p + 32), tl);
-            th = ((FloatVector) v.lanewise(VectorOperators.LSHR, 12).and(nibble)
+            th = ((FloatVector) v.and(m3)
                     .convertShape(VectorOperators.I2F, f, 0))
                     .fma(FloatVector.fromArray(f, prepared, p + 48), th);
-            tl = ((FloatVector) v.lanewise(VectorOperators.LSHR, 16).and(nibble)
+            tl = ((FloatVector) v.and(m4)
                     .convertShape(VectorOperators.I2F, f, 0))
                     .fma(FloatVector.fromArray(f, prepared, p + 64), tl);
-            th = ((FloatVector) v.lanewise(VectorOperators.LSHR, 20).and(nibble)
+            th = ((FloatVector) v.and(m5)
                     .convertShape(VectorOperators.I2F, f, 0))
                     .fma(FloatVector.fromArray(f, prepared, p + 80), th);
-            tl = ((FloatVector) v.lanewise(VectorOperators.LSHR, 24).and(nibble)
+            tl = ((FloatVector) v.and(m6)
                     .convertShape(VectorOperators.I2F, f, 0))
                     .fma(FloatVector.fromArray(f, prepared, p + 96), tl);
             th = ((FloatVector) v.lanewise(VectorOperators.LSHR, 28).convertShape(VectorOperators.I2F, f, 0))
@@ -277,22 +313,22 @@ public final class Q4KQuantizer implements Quantizer {
             mins = sm.fma(FloatVector.fromArray(f, prepared, p + 128), mins);
             v = ByteVector.fromMemorySegment(ByteVector.SPECIES_512, src, o + 80, ByteOrder.LITTLE_ENDIAN)
                     .reinterpretAsInts();
-            tl = ((FloatVector) v.and(nibble).convertShape(VectorOperators.I2F, f, 0))
+            tl = ((FloatVector) v.and(m0).convertShape(VectorOperators.I2F, f, 0))
                     .mul(FloatVector.fromArray(f, prepared, p + 144));
-            th = ((FloatVector) v.lanewise(VectorOperators.LSHR, 4).and(nibble)
+            th = ((FloatVector) v.and(m1)
                     .convertShape(VectorOperators.I2F, f, 0)).mul(FloatVector.fromArray(f, prepared, p + 160));
-            tl = ((FloatVector) v.lanewise(VectorOperators.LSHR, 8).and(nibble).convertShape(VectorOperators.I2F, f, 0))
+            tl = ((FloatVector) v.and(m2).convertShape(VectorOperators.I2F, f, 0))
                     .fma(FloatVector.fromArray(f, prepared, p + 176), tl);
-            th = ((FloatVector) v.lanewise(VectorOperators.LSHR, 12).and(nibble)
+            th = ((FloatVector) v.and(m3)
                     .convertShape(VectorOperators.I2F, f, 0))
                     .fma(FloatVector.fromArray(f, prepared, p + 192), th);
-            tl = ((FloatVector) v.lanewise(VectorOperators.LSHR, 16).and(nibble)
+            tl = ((FloatVector) v.and(m4)
                     .convertShape(VectorOperators.I2F, f, 0))
                     .fma(FloatVector.fromArray(f, prepared, p + 208), tl);
-            th = ((FloatVector) v.lanewise(VectorOperators.LSHR, 20).and(nibble)
+            th = ((FloatVector) v.and(m5)
                     .convertShape(VectorOperators.I2F, f, 0))
                     .fma(FloatVector.fromArray(f, prepared, p + 224), th);
-            tl = ((FloatVector) v.lanewise(VectorOperators.LSHR, 24).and(nibble)
+            tl = ((FloatVector) v.and(m6)
                     .convertShape(VectorOperators.I2F, f, 0))
                     .fma(FloatVector.fromArray(f, prepared, p + 240), tl);
             th = ((FloatVector) v.lanewise(VectorOperators.LSHR, 28).convertShape(VectorOperators.I2F, f, 0))
