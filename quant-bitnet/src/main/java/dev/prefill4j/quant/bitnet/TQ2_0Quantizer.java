@@ -136,7 +136,7 @@ public final class TQ2_0Quantizer extends TernaryQuantizer {
      * {@code (s0 + s1) + (s2 + s3)} is scaled by its {@code d}, the lanes added by {@link Ternary#sum}'s tree.
      * Against {@link #dotRow} (a 16-byte load widened to int lanes per 64 trits, each trit a shift, the lane permute's
      * index wrap and the permute away from -1, 0, +1), a harness outside the repository (one thread, 2,048-element
-     * rows of random codes streamed from 264 MiB, both kernels alternating in one process, four processes): 1.20-1.53x; in the model
+     * rows of random codes streamed from 66 MiB, both kernels alternating in one process, four processes): 1.20-1.53x; in the model
      * ({@code bench -m 1b-tq2_0.gguf -p 16 -n 64 -r 1 --verify-tokens 0 --profile}, alternating processes, three
      * pairs) {@code ffn_gate+up} at 0.43-0.44 of the Q6_K output matrix's GB/s against 0.30-0.31, tg64 32.38-32.69
      * against 26.78-27.80 tok/s (Zen 5 VM, 2026-12-04). Rows of 8,192 ran slower than {@link #dotRow} (0.78x; two rows
