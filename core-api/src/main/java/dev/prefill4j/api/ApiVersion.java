@@ -14,9 +14,10 @@ package dev.prefill4j.api;
 public final class ApiVersion {
     /**
      * The contract version of this core-api build (1.1: {@code Quantizer.dotPrepared} and its two companions; 1.2:
-     * {@code Quantizer.dotPreparedRows}; 1.3: {@code ComputeDevice.feedForward} and {@code feedForwardBlock}).
+     * {@code Quantizer.dotPreparedRows}; 1.3: {@code ComputeDevice.feedForward} and {@code feedForwardBlock}; 1.4:
+     * {@code Quantizer.dotEncodedRows}).
      */
-    public static final String CURRENT = "1.3";
+    public static final String CURRENT = "1.4";
 
     private ApiVersion() {
     }

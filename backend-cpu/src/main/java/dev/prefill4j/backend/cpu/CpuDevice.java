@@ -262,17 +262,29 @@ final class CpuDevice implements ComputeDevice {
 
     /**
      * Products with activations still encoded ({@link dev.prefill4j.api.spi.Quantizer#dotEncoded}), for any number of
-     * rows: each weight row meets every activation row while it is in L1, and is never decoded to floats.
+     * rows, never decoded to floats, in tiles the format computes in one call ({@link
+     * dev.prefill4j.api.spi.Quantizer#dotEncodedRows}): decode steps with long rows hand a task's run of rows over
+     * with the one activation row, as {@link #matmulDots} does; otherwise a task's run of outputs meets the activation
+     * rows {@value #ENCODED_ACT_ROWS} at a time, so that both stay in L1 or L2 while they meet.
      */
     @Override
     public void matmulEncoded(WeightMatrix w, MemorySegment act, long actRowBytes, int rows, float[] out) {
         int n = w.rows();
-        eachOutput(n, o -> {
-            for (int r = 0; r < rows; r++) {
-                out[r * n + o] = (float) w.format().dotEncoded(w.data(), w.rowBytes() * o, act, actRowBytes * r, w.cols());
+        int k = w.cols();
+        long rowBytes = w.rowBytes();
+        int run = rows == 1 && k >= ROWS_MIN_COLS ? rowsRun(n, rowBytes) : outputRun(n);
+        parallelFor((n + run - 1) / run, t -> {
+            int o = t * run;
+            int m = Math.min(run, n - o);
+            for (int r = 0; r < rows; r += ENCODED_ACT_ROWS) {
+                w.format().dotEncodedRows(w.data(), rowBytes * o, rowBytes, m, act, actRowBytes * r, actRowBytes,
+                        Math.min(ENCODED_ACT_ROWS, rows - r), k, out, r * n + o, n);
             }
         });
     }
+
+    /** Activation rows a {@link #matmulEncoded} tile takes: 16 Q8_K rows of 2,048 elements are 37 KiB. */
+    private static final int ENCODED_ACT_ROWS = 16;
 
     /** {@return how many consecutive outputs a decode-step task takes: up to 64, at least eight tasks a thread} */
     private int outputRun(int n) {

@@ -222,4 +222,41 @@ public interface Quantizer extends Plugin {
     default double dotEncoded(MemorySegment src, long offset, MemorySegment act, long actOffset, int count) {
         throw new UnsupportedOperationException(id() + " has no dot product over encoded activations");
     }
+
+    /**
+     * {@link #dotEncoded} for a tile: {@code rows} weight rows, at {@code offset}, {@code offset + stride}, ..., times
+     * {@code actRows} rows of encoded activations, at {@code actOffset}, {@code actOffset + actStride}, ...: {@code
+     * out[outIndex + i * outStride + r]} gets {@code (float) dotEncoded(weight row r, activation row i)}, the same
+     * bits. A format may override it to run the tile in one loop, so that what a call costs beyond its blocks (checks
+     * of the activations' bounds, reading their array out of the segment, the final sum of the lanes) is paid once
+     * for many rows (decode steps have rows of a few blocks: 2,048 elements are eight Q8_K blocks), and so that a
+     * block of weights, unpacked once, meets several activation rows (prefill). The default makes one call per
+     * product. Only called when {@link #hasEncodedDot()} is {@code true}.
+     *
+     * @param src       the encoded weights
+     * @param offset    byte offset of the first weight row's first block
+     * @param stride    bytes from one weight row to the next
+     * @param rows      how many weight rows
+     * @param act       the encoded activations
+     * @param actOffset byte offset of the first activation row's first block
+     * @param actStride bytes from one activation row to the next
+     * @param actRows   how many activation rows
+     * @param count     elements of each row, a multiple of both formats' block sizes
+     * @param out       where the products go
+     * @param outIndex  index of the first product
+     * @param outStride distance in {@code out} from one activation row's products to the next
+     * @throws UnsupportedOperationException if {@link #hasEncodedDot()} is {@code false}
+     * @since 1.4
+     */
+    @Api.Experimental
+    default void dotEncodedRows(MemorySegment src, long offset, long stride, int rows, MemorySegment act,
+                                long actOffset, long actStride, int actRows, int count, float[] out, int outIndex,
+                                int outStride) {
+        for (int i = 0; i < actRows; i++) {
+            for (int r = 0; r < rows; r++) {
+                out[outIndex + i * outStride + r] = (float) dotEncoded(src, offset + r * stride, act,
+                        actOffset + i * actStride, count);
+            }
+        }
+    }
 }

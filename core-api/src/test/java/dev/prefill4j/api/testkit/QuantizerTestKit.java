@@ -41,9 +41,11 @@ import java.util.SplittableRandom;
  *       the decoded weights within the same relative bound, for shapes with one and many activation rows, and one
  *       activation row with rows of at least 8,192 weights;</li>
  *   <li>for a format with {@link Quantizer#hasEncodedDot()}: {@code dotEncoded}, and {@code matmulEncoded} on every
- *       backend, equal the FP64 dot of the decoded weights and the decoded activations within {@link #ENCODED}
- *       {@code * sum|w*x|}, for its activation format and its per-token one (they must be on the test path, found by
- *       {@link ServiceLoader}).</li>
+ *       backend (one activation row with rows of at least 8,192 weights among its shapes), equal the FP64 dot of the
+ *       decoded weights and the decoded activations within {@link #ENCODED} {@code * sum|w*x|}, for its activation
+ *       format and its per-token one (they must be on the test path, found by {@link ServiceLoader});
+ *       {@code dotEncodedRows} gives each product of a tile of 11 weight rows and 6 activation rows the bits of
+ *       {@code dotEncoded}.</li>
  * </ol>
  */
 public final class QuantizerTestKit {
@@ -116,10 +118,15 @@ public final class QuantizerTestKit {
 
     /** Elements of a test row: at least two blocks of either format, a multiple of both. */
     private static int encodedLength(Quantizer q, Quantizer act) {
+        return encodedLength(q, act, 512);
+    }
+
+    /** Elements of a test row: at least {@code atLeast} and two blocks of either format, a multiple of both. */
+    private static int encodedLength(Quantizer q, Quantizer act, int atLeast) {
         int a = q.blockSize();
         int b = act.blockSize();
         int lcm = a / gcd(a, b) * b;
-        return lcm * Math.max(2, 512 / lcm);
+        return lcm * Math.max(2, (atLeast + lcm - 1) / lcm);
     }
 
     private static int gcd(int a, int b) {
@@ -160,6 +167,45 @@ public final class QuantizerTestKit {
         double fromHeap = q.dotEncoded(enc, 0, heap, at, n);
         check(Math.abs(fromHeap - ref.sum()) <= ENCODED * ref.magnitude() + 1e-30, q, "dotEncoded over heap-backed "
                 + act.id() + " activations = " + fromHeap + ", FP64 = " + ref.sum());
+        // dotEncodedRows, over either segment: a tile of eleven weight rows (the first this one) and six activation
+        // rows (the first these; kernels that group activation rows: a group of four, then two alone), each product
+        // the bits of (float) dotEncoded, and nothing else written.
+        int rows = 11;
+        int actRows = 6;
+        long rowBytes = q.byteSize(n);
+        MemorySegment several = Arena.ofAuto().allocate(rows * rowBytes);
+        several.copyFrom(enc);
+        for (int r = 1; r < rows; r++) {
+            q.encode(data(n, 7L * r + n), 0, n, several, r * rowBytes);
+        }
+        long actBytes = act.byteSize(n);
+        MemorySegment xs = Arena.ofAuto().allocate(at + actRows * actBytes);
+        xs.asSlice(at, actBytes).copyFrom(xEnc.asSlice(at, actBytes));
+        for (int i = 1; i < actRows; i++) {
+            act.encode(data(n, 11L * i + n), 0, n, xs, at + i * actBytes);
+        }
+        MemorySegment xsHeap = MemorySegment.ofArray(new byte[Math.toIntExact(3 + xs.byteSize())]).asSlice(3);
+        xsHeap.copyFrom(xs);
+        int outStride = rows + 3;
+        for (MemorySegment acts : new MemorySegment[] {xs, xsHeap}) {
+            float[] products = new float[1 + actRows * outStride];
+            Arrays.fill(products, Float.NaN);
+            q.dotEncodedRows(several, 0, rowBytes, rows, acts, at, actBytes, actRows, n, products, 1, outStride);
+            for (int i = 0; i < actRows; i++) {
+                for (int r = 0; r < rows; r++) {
+                    float one = (float) q.dotEncoded(several, r * rowBytes, acts, at + i * actBytes, n);
+                    float tile = products[1 + i * outStride + r];
+                    check(Float.floatToIntBits(tile) == Float.floatToIntBits(one), q, "dotEncodedRows weight row " + r
+                            + ", activation row " + i + " (" + (acts.isNative() ? "native" : "heap") + ") = " + tile
+                            + ", dotEncoded = " + one);
+                }
+            }
+            for (int j = 0; j < products.length; j++) {
+                int r = (j - 1) % outStride;
+                check(j == 0 || r >= rows ? Float.isNaN(products[j]) : !Float.isNaN(products[j]), q,
+                        "dotEncodedRows wrote outside its " + actRows + " x " + rows + " products (index " + j + ")");
+            }
+        }
     }
 
     static void metadata(Quantizer q) {
@@ -333,9 +379,18 @@ public final class QuantizerTestKit {
         return ran;
     }
 
-    /** {@link ComputeDevice#matmulEncoded} against FP64 over the decoded weights and activations, 1 and 19 rows. */
+    /**
+     * {@link ComputeDevice#matmulEncoded} against FP64 over the decoded weights and activations, 1 and 19 rows, and 1
+     * row of at least 8,192 elements (a decode step's long rows, which the CPU backend hands over in runs, {@link
+     * Quantizer#dotEncodedRows}).
+     */
     static void encodedGemm(Quantizer q, Quantizer act, ComputeDevice device, String backend, long seed) {
-        int k = encodedLength(q, act);
+        encodedGemm(q, act, device, backend, seed, encodedLength(q, act), new int[] {1, 19});
+        encodedGemm(q, act, device, backend, seed + 1, encodedLength(q, act, 8192), new int[] {1});
+    }
+
+    private static void encodedGemm(Quantizer q, Quantizer act, ComputeDevice device, String backend, long seed, int k,
+                                    int[] shapes) {
         int out = 11;
         float[] w = data(out * k, seed);
         long rowBytes = q.byteSize(k);
@@ -346,7 +401,7 @@ public final class QuantizerTestKit {
             q.decode(enc, o * rowBytes, wd, o * k, k);
         }
         long actRow = act.byteSize(k);
-        for (int rows : new int[] {1, 19}) {
+        for (int rows : shapes) {
             float[] x = data(rows * k, seed + 200 + rows);
             MemorySegment xEnc = Arena.ofAuto().allocate(rows * actRow);
             float[] xd = new float[rows * k];
@@ -365,7 +420,7 @@ public final class QuantizerTestKit {
                         double got = y[r * out + o];
                         check(Math.abs(got - ref.sum()) <= ENCODED * ref.magnitude() + 1e-30, q, "encoded GEMM on "
                                 + "backend '" + backend + "' (" + (acts.isNative() ? "native" : "heap") + " activations) row "
-                                + r + " output " + o + ": " + got + ", FP64 = " + ref.sum());
+                                + r + " output " + o + " of " + k + " elements: " + got + ", FP64 = " + ref.sum());
                     }
                 }
             }

@@ -106,6 +106,21 @@ public final class TQ1_0Quantizer extends TernaryQuantizer {
      */
     @Override
     float dotPacked(MemorySegment src, long offset, int blocks, float[] prepared, int at) {
+        return TQ2_0Quantizer.dotPacked16(transcode(src, offset, blocks), 0, blocks, prepared, at);
+    }
+
+    /** Weight row by weight row, each rewritten as for {@link #dotPacked}, then TQ2_0's kernel. */
+    @Override
+    void dotCodesRows(MemorySegment src, long offset, long stride, int rows, int blocks, byte[] a, int at,
+                      int actStride, int actRows, float[] out, int outIndex, int outStride) {
+        for (int r = 0; r < rows; r++) {
+            TQ2_0Quantizer.dotCodes32(transcode(src, offset + r * stride, blocks), 0, 0, 1, blocks, a, at, actStride,
+                    actRows, out, outIndex + r, outStride);
+        }
+    }
+
+    /** {@return the row rewritten in TQ2_0's layout in the per-thread buffer's segment} ({@link #dotPacked}) */
+    private static MemorySegment transcode(MemorySegment src, long offset, int blocks) {
         byte[] b = Blocks.stage(src, offset, blocks * BYTES);
         Transcoded t = TRANSCODED.get();
         if (t.bytes.length < blocks * TQ2_0Quantizer.BYTES) {
@@ -162,7 +177,7 @@ public final class TQ1_0Quantizer extends TernaryQuantizer {
             out[to + 64] = b[o + 52];
             out[to + 65] = b[o + 53];
         }
-        return TQ2_0Quantizer.dotPacked16(t.segment, 0, blocks, prepared, at);
+        return t.segment;
     }
 
     /** {@link #dotPacked}: lane {@code l} takes {@code qh[l % 4]} from the four bytes read as one little-endian int. */

@@ -29,6 +29,8 @@ final class Ternary {
             ? ShortVector.SPECIES_512 : ShortVector.SPECIES_PREFERRED;
     static final VectorSpecies<Byte> SHORT_LANES =
             VectorSpecies.of(byte.class, VectorShape.forBitSize(SHORTS.length() * 8));
+    /** Whether the integer dot runs {@link TQ2_0Quantizer#dotCodes32} (32 short lanes: AVX-512). */
+    static final boolean CODES32 = SHORTS.length() == 32;
     /** Q8_K, the activation format of both: {@code d} f32 at 0, {@code qs[256]} int8 at 4, group sums at 260. */
     static final int Q8K_BYTES = 292;
 
@@ -233,6 +235,14 @@ final class Ternary {
     }
 
     private Ternary() {
+    }
+
+    /** A one-row integer dot's result, written by the rows kernel ({@link TQ2_0Quantizer#dotCodes32}). */
+    private static final ThreadLocal<float[]> ONE = ThreadLocal.withInitial(() -> new float[1]);
+
+    /** {@return the calling thread's one-element array for a one-row integer dot} */
+    static float[] one() {
+        return ONE.get();
     }
 
     /** {@return the calling thread's array for one block's trits} */

@@ -7,8 +7,8 @@ import java.lang.foreign.MemorySegment;
 /**
  * What both ternary formats share as quantizers: 256-element blocks with one fp16 scale, Q8_K activations (or, per
  * token, {@link Q8KTokenQuantizer}'s in the same layout), the two dot products over staged blocks ({@link
- * Ternary}) and, with 16 float lanes, the packed float dot of TQ2_0's layout ({@link #dotPacked}); a format supplies
- * its layout.
+ * Ternary}) and, with 16 float lanes, the packed float dot of TQ2_0's layout ({@link #dotPacked}), with 32 short lanes
+ * the integer dot of TQ2_0's layout ({@link #dotCodesRows}); a format supplies its layout.
  */
 abstract sealed class TernaryQuantizer implements Quantizer permits TQ1_0Quantizer, TQ2_0Quantizer {
     @Override public final int blockSize() { return Ternary.QK; }
@@ -75,9 +75,20 @@ abstract sealed class TernaryQuantizer implements Quantizer permits TQ1_0Quantiz
         return true;
     }
 
+    /**
+     * With 32 short lanes and activations in an array ({@link Blocks#heapBytes}), the integer kernel for one row
+     * ({@link #dotCodesRows}); otherwise {@link #dotEncodedRow}.
+     */
     @Override
     public final double dotEncoded(MemorySegment src, long offset, MemorySegment act, long actOffset, int count) {
-        return dotEncodedRow(src, offset, blocks(count), act, actOffset);
+        int blocks = blocks(count);
+        byte[] a = Ternary.CODES32 ? Blocks.heapBytes(act) : null;
+        if (a == null) {
+            return dotEncodedRow(src, offset, blocks, act, actOffset);
+        }
+        float[] one = Ternary.one();
+        dotCodesRows(src, offset, 0, 1, blocks, a, Math.toIntExact(act.address() + actOffset), 0, 1, one, 0, 0);
+        return one[0];
     }
 
     /**
@@ -88,6 +99,34 @@ abstract sealed class TernaryQuantizer implements Quantizer permits TQ1_0Quantiz
     double dotEncodedRow(MemorySegment src, long offset, int blocks, MemorySegment act, long actOffset) {
         return Ternary.dotQ8K(Blocks.stage(src, offset, blocks * blockBytes()), blocks, this, act, actOffset);
     }
+
+    /**
+     * With 32 short lanes and activations in an array ({@link Blocks#heapBytes}), the integer kernel over the whole
+     * tile in one call ({@link #dotCodesRows}); otherwise one {@link #dotEncoded} a product.
+     */
+    @Override
+    public final void dotEncodedRows(MemorySegment src, long offset, long stride, int rows, MemorySegment act,
+                                     long actOffset, long actStride, int actRows, int count, float[] out, int outIndex,
+                                     int outStride) {
+        int blocks = blocks(count);
+        byte[] a = Ternary.CODES32 ? Blocks.heapBytes(act) : null;
+        if (a == null) {
+            Quantizer.super.dotEncodedRows(src, offset, stride, rows, act, actOffset, actStride, actRows, count, out,
+                    outIndex, outStride);
+            return;
+        }
+        dotCodesRows(src, offset, stride, rows, blocks, a, Math.toIntExact(act.address() + actOffset),
+                Math.toIntExact(actStride), actRows, out, outIndex, outStride);
+    }
+
+    /**
+     * The integer dot products of {@code rows} weight rows of {@code blocks} blocks, {@code stride} bytes apart, with
+     * {@code actRows} rows of Q8_K activations at {@code a[at + i * actStride..]}, to {@code out[outIndex + i *
+     * outStride + r]}, by TQ2_0's kernel ({@link TQ2_0Quantizer#dotCodes32}), each product as {@link #dotEncoded}
+     * gives it: both formats the same bits.
+     */
+    abstract void dotCodesRows(MemorySegment src, long offset, long stride, int rows, int blocks, byte[] a, int at,
+                               int actStride, int actRows, float[] out, int outIndex, int outStride);
 
     /** {@return whole blocks in {@code count} elements} @throws IllegalArgumentException if not a multiple of 256 */
     final int blocks(int count) {
