@@ -81,6 +81,25 @@ class VsLlamaScriptTest {
         assertTrue(r.out().contains(String.format(java.util.Locale.ROOT, "%.2f", median)), r.out());
     }
 
+    /**
+     * {@code --activations} reaches prefill4j's bench: per-token activations on a model with no ternary weights make
+     * bench refuse, and the script says so with the command to run by hand; an unknown mode is refused first.
+     */
+    @Test
+    void activationsGoToPrefill4jBench() throws Exception {
+        assumeTrue(available("jq", "--version"), "jq is not installed; benchmarks/vs-llama needs it");
+        Cli.cliJar();
+        Path model = Models.require("tiny-256-F32.gguf");
+        Cli.Result r = Cli.exec(List.of("bash", SCRIPT.toString(), "--llama-bench", standIn().toString(), "-p", "8",
+                "-n", "0", "-t", "1", "-r", "1", "-R", "1", "--activations", "per-token", model.toString()));
+        assertEquals(2, r.exit(), r.toString());
+        assertTrue(r.err().contains("prefill4j bench failed") && r.err().contains("--activations per-token"), r.err());
+        Cli.Result bad = Cli.exec(List.of("bash", SCRIPT.toString(), "--llama-bench", standIn().toString(),
+                "--activations", "int4", model.toString()));
+        assertEquals(2, bad.exit(), bad.toString());
+        assertEquals("vs-llama: error: --activations takes f32, quantized or per-token, not 'int4'", bad.err().strip());
+    }
+
     @Test
     void withoutLlamaBenchItSaysWhatIsMissing() throws Exception {
         assumeTrue(available("jq", "--version"), "jq is not installed; benchmarks/vs-llama needs it");
