@@ -604,7 +604,12 @@ public final class Session implements AutoCloseable {
      * encoded in the weights' activation format (once per format, not once per matrix, so Q/K/V and gate/up share
      * it); formats with an integer dot product take it encoded ({@link ComputeDevice#matmulEncoded}), the others get
      * it decoded back to floats and accumulate exactly ({@link ComputeDevice#matmulExact}): both numerically what
-     * llama.cpp's integer dot products compute.
+     * llama.cpp's integer dot products compute. Per-token activations (BitNet b1.58's rounding, {@link
+     * SessionOptions.Activations#PER_TOKEN}) of more than one row, a prompt's, go decoded to the float GEMM ({@link
+     * ComputeDevice#matmul}): the same rounded activations times the same weights, the sums in float instead of exact
+     * integers, at the GEMM's speed. Through the integer products a prompt ran at 24-66 tok/s (pp512, 1B TQ2_0 file,
+     * Zen 5 VM), through the GEMM at about the float mode's 150-160; decode steps keep the integer products, faster
+     * than the float dots there (tg64 38-46 against 29-33 tok/s).
      */
     private void project(float[] x, int rows, WeightMatrix[] ws, float[]... outs) {
         Quantizer encodedAs = null;
@@ -631,7 +636,8 @@ public final class Session implements AutoCloseable {
                 tock("activation_encode", t);
                 t = tick();
             }
-            if (w.format().hasEncodedDot()) {
+            boolean perTokenPrompt = rows > 1 && act.id().equals(w.format().tokenActivationFormat());
+            if (w.format().hasEncodedDot() && !perTokenPrompt) {
                 device.matmulEncoded(w, encoded, rowBytes, rows, outs[i]);
             } else {
                 if (!decoded) {
@@ -642,7 +648,11 @@ public final class Session implements AutoCloseable {
                     tock("activation_encode", t);
                     t = tick();
                 }
-                device.matmulExact(w, quantized, rows, outs[i]);
+                if (perTokenPrompt) {
+                    device.matmul(w, quantized, rows, outs[i]);
+                } else {
+                    device.matmulExact(w, quantized, rows, outs[i]);
+                }
             }
             if (profile != null) {
                 tock(profile.operationOf(w.name()), t, bytes(w), flops(w, rows));

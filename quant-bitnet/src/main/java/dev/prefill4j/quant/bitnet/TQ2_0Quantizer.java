@@ -245,40 +245,39 @@ public final class TQ2_0Quantizer extends TernaryQuantizer {
 
     /**
      * The integer dot products of a tile ({@link #dotEncodedRows}) with Q8_K activations, in 32 int16 lanes (AVX-512),
-     * the weights read in place. Each half block's 32 bytes of trits are widened to 16-bit lanes once and XORed with
-     * {@code 0x55}, which turns each 2-bit code 0, 1, 2 into 1, 0, 3, that is 1, 0, -1 as a signed 2-bit field: trit
-     * {@code n} of lane {@code m} (element {@code 128c + 32n + m}) shifted to the top of the lane and arithmetically
-     * back down is {@code -(t - 1)}, which multiplies the 32 activation codes of those elements, widened from their
-     * bytes ({@code vpmullw}); the eight products of a lane add into one 16-bit sum ({@code |sum| <= 8 * 128}). Per
-     * block, pairs of lanes are added in int lanes ({@code (v + (v << 16)) >> 16}), and the exact integers, converted,
-     * are scaled by {@code -d_w * d_x} (rounded once, in float) into 16 float sums, added by a fixed tree at the end.
-     * The weights' blocks of a row meet four activation rows at a time where there are four ({@link #dotCodes32x4},
-     * prefill), the rest one at a time ({@link #dotCodes32x1}, decode steps), each activation row with the same
-     * operations in the same order, so a product has the same bits either way.
+     * the weights read in place, an activation row at a time over all the weight rows. Each half block's 32 bytes of
+     * trits are widened to 16-bit lanes once and XORed with {@code 0x55}, which turns each 2-bit code 0, 1, 2 into 1,
+     * 0, 3, that is 1, 0, -1 as a signed 2-bit field: trit {@code n} of lane {@code m} (element {@code 128c + 32n + m})
+     * shifted to the top of the lane and arithmetically back down is {@code -(t - 1)}, which multiplies the 32
+     * activation codes of those elements, widened from their bytes ({@code vpmullw}); the eight products of a lane add
+     * into one 16-bit sum ({@code |sum| <= 8 * 128}). Per block, pairs of lanes are added in int lanes ({@code (v + (v
+     * << 16)) >> 16}), and the exact integers, converted, are scaled by {@code -d_w * d_x} (rounded once, in float)
+     * into 16 float sums, added by a fixed tree at the end.
      * <p>Each lane holds its own elements' products, so its rounding is relative to them: with the codes taken as 0,
      * 1, 2 and the offset subtracted per block from Q8_K's group sums, lanes held sums of other elements that cancelled
-     * only across lanes, and the kit's rows with a few large weights (most trits 0) came out 1.6e-4 off FP64. The
-     * shifts are by vectors of counts ({@code vpsllvw}, {@code vpsravw}): by int counts C2 kept a count register per
-     * shift, 16 of them, and the four-row kernel spilled its sums. A harness outside the repository (one thread, 2 MiB
-     * of rows, Zen 5 VM, 2026-12-04), one activation row through {@link #dotEncodedRows} against the float dots
-     * ({@link #dotPacked16} with prepared activations for 2,048-element rows, {@link #dotRow} for 8,192): 11.5-11.8
-     * against 8.2-8.3 GB/s, and 12.4 against 6.5; a row a call ({@link #dotEncoded}), 5.8-6.0 GB/s at 2,048 elements:
-     * hence the tiles. Four activation rows a block: 47 against 35-37 G products/s for one.
+     * only across lanes, and the kit's rows with a few large weights (most trits 0) came out 1.6e-4 off FP64. All
+     * shifts are by vectors of counts ({@code vpsllvw}, {@code vpsravw}, {@code vpsllvd}): by int counts C2 kept a
+     * count register per shift (16 of them), and a four-activation-row form of this kernel (each block's trits
+     * shifted once for four rows: 47 against 35-37 G products/s in a harness) spilled its sums, and in some of C2's
+     * compilations of it the int lanes' shifts by an int count were left to the Vector API's Java code (JFR: 148 GB
+     * of {@code int[]} from {@code lanewiseShiftTemplate} in one {@code bench -p 512 -n 0 -r 1 --activations
+     * per-token}, 22.5 tok/s); with vector counts it still ran at 26-104 tok/s from process to process, so it was
+     * dropped, and per-token prompts take the float GEMM instead (the engine's {@code Session}). A harness outside
+     * the repository (one thread, 2 MiB of rows, Zen 5 VM, 2026-12-04), one activation row through {@link
+     * #dotEncodedRows} against the float dots ({@link #dotPacked16} with prepared activations for 2,048-element rows,
+     * {@link #dotRow} for 8,192): 11.5-11.8 against 8.2-8.3 GB/s, and 12.4 against 6.5; a row a call ({@link
+     * #dotEncoded}), 5.8-6.0 GB/s at 2,048 elements: hence the tiles.
      */
     static void dotCodes32(MemorySegment src, long offset, long stride, int rows, int blocks, byte[] a, int at,
                            int actStride, int actRows, float[] out, int outIndex, int outStride) {
-        int groups = actRows / 4;
-        for (int r = 0; groups > 0 && r < rows; r++) {
-            dotCodes32x4(src, offset + r * stride, blocks, a, at, actStride, groups, out, outIndex + r, outStride);
-        }
-        for (int i = 4 * groups; i < actRows; i++) {
-            dotCodes32x1(src, offset, stride, rows, blocks, a, at + i * actStride, out, outIndex + i * outStride);
+        for (int i = 0; i < actRows; i++) {
+            dotCodes32Row(src, offset, stride, rows, blocks, a, at + i * actStride, out, outIndex + i * outStride);
         }
     }
 
-    /** {@link #dotCodes32} for one activation row at {@code a[at..]}: the decode steps' kernel. */
-    private static void dotCodes32x1(MemorySegment src, long offset, long stride, int rows, int blocks, byte[] a,
-                                     int at, float[] out, int outIndex) {
+    /** {@link #dotCodes32} for one activation row at {@code a[at..]}. */
+    private static void dotCodes32Row(MemorySegment src, long offset, long stride, int rows, int blocks, byte[] a,
+                                      int at, float[] out, int outIndex) {
         var shorts = ShortVector.SPECIES_512;
         var half = ByteVector.SPECIES_256;
         var f = FloatVector.SPECIES_512;
@@ -292,6 +291,7 @@ public final class TQ2_0Quantizer extends TernaryQuantizer {
         ShortVector c10 = ShortVector.broadcast(shorts, (short) 10);
         ShortVector c12 = ShortVector.broadcast(shorts, (short) 12);
         ShortVector c14 = ShortVector.broadcast(shorts, (short) 14);
+        IntVector c16 = IntVector.broadcast(IntVector.SPECIES_512, 16);
         for (int r = 0; r < rows; r++) {
             long row = offset + r * stride;
             FloatVector acc0 = FloatVector.zero(f);
@@ -330,7 +330,7 @@ public final class TQ2_0Quantizer extends TernaryQuantizer {
                 s0 = s0.add(t7
                         .mul((ShortVector) ByteVector.fromArray(half, a, x0 + 228).convertShape(b2s, shorts, 0)));
                 IntVector w0 = s0.reinterpretAsInts();
-                acc0 = ((FloatVector) w0.add(w0.lanewise(shl, 16)).lanewise(sra, 16).convert(i2f, 0))
+                acc0 = ((FloatVector) w0.add(w0.lanewise(shl, c16)).lanewise(sra, c16).convert(i2f, 0))
                         .fma(FloatVector.broadcast(f, scale0), acc0);
             }
             // Ternary.sum's tree written out, and the codes' loads: a helper taking or returning a vector boxes it
@@ -339,156 +339,6 @@ public final class TQ2_0Quantizer extends TernaryQuantizer {
             acc0 = acc0.add(acc0.rearrange(Ternary.X4));
             acc0 = acc0.add(acc0.rearrange(Ternary.X2));
             out[outIndex + r] = acc0.add(acc0.rearrange(Ternary.X1)).lane(0);
-        }
-    }
-
-    /**
-     * {@link #dotCodes32} for one weight row at {@code row} and {@code groups} groups of four activation rows, {@code
-     * actStride} bytes apart from {@code a[at..]}, each activation row with its own sums in the order of {@link
-     * #dotCodes32x1}'s: a block's trits, shifted into place once, meet four rows. One call a weight row, not one a
-     * tile: called a few times a tile, the method ran in C1's code (the Vector API not intrinsified there) for most
-     * of a prompt of 512 before C2 compiled it. Its body repeats {@link #dotCodes32x1}'s four times rather than sharing
-     * a helper: a helper taking or returning vectors boxes them when C2 leaves it out of line.
-     */
-    private static void dotCodes32x4(MemorySegment src, long row, int blocks, byte[] a, int at, int actStride,
-                                     int groups, float[] out, int outIndex, int outStride) {
-        var shorts = ShortVector.SPECIES_512;
-        var half = ByteVector.SPECIES_256;
-        var f = FloatVector.SPECIES_512;
-        var shl = VectorOperators.LSHL;
-        var sra = VectorOperators.ASHR;
-        var b2s = VectorOperators.B2S;
-        var zx = VectorOperators.ZERO_EXTEND_B2S;
-        var i2f = VectorOperators.I2F;
-        ShortVector flip = ShortVector.broadcast(shorts, (short) 0x55);
-        ShortVector c8 = ShortVector.broadcast(shorts, (short) 8);
-        ShortVector c10 = ShortVector.broadcast(shorts, (short) 10);
-        ShortVector c12 = ShortVector.broadcast(shorts, (short) 12);
-        ShortVector c14 = ShortVector.broadcast(shorts, (short) 14);
-        for (int g = 0; g < groups; g++) {
-            int ag = at + 4 * g * actStride;
-            FloatVector acc0 = FloatVector.zero(f);
-            FloatVector acc1 = acc0;
-            FloatVector acc2 = acc0;
-            FloatVector acc3 = acc0;
-            for (int k = 0; k < blocks; k++) {
-                long o = row + (long) k * BYTES;
-                int x0 = ag + k * Ternary.Q8K_BYTES;
-                int x1 = x0 + actStride;
-                int x2 = x1 + actStride;
-                int x3 = x2 + actStride;
-                // The scales read first, as in dotCodes32x1.
-                float dw = Blocks.fp16(src, o + 64);
-                float scale0 = -(dw * Blocks.f32(a, x0));
-                float scale1 = -(dw * Blocks.f32(a, x1));
-                float scale2 = -(dw * Blocks.f32(a, x2));
-                float scale3 = -(dw * Blocks.f32(a, x3));
-                ShortVector q = ((ShortVector) ByteVector.fromMemorySegment(half, src, o, ByteOrder.LITTLE_ENDIAN)
-                        .convertShape(zx, shorts, 0)).lanewise(VectorOperators.XOR, flip);
-                ShortVector t0 = q.lanewise(shl, c14).lanewise(sra, c14);
-                ShortVector t1 = q.lanewise(shl, c12).lanewise(sra, c14);
-                ShortVector t2 = q.lanewise(shl, c10).lanewise(sra, c14);
-                ShortVector t3 = q.lanewise(shl, c8).lanewise(sra, c14);
-                q = ((ShortVector) ByteVector.fromMemorySegment(half, src, o + 32, ByteOrder.LITTLE_ENDIAN)
-                        .convertShape(zx, shorts, 0)).lanewise(VectorOperators.XOR, flip);
-                ShortVector t4 = q.lanewise(shl, c14).lanewise(sra, c14);
-                ShortVector t5 = q.lanewise(shl, c12).lanewise(sra, c14);
-                ShortVector t6 = q.lanewise(shl, c10).lanewise(sra, c14);
-                ShortVector t7 = q.lanewise(shl, c8).lanewise(sra, c14);
-                ShortVector s0 = t0
-                        .mul((ShortVector) ByteVector.fromArray(half, a, x0 + 4).convertShape(b2s, shorts, 0));
-                s0 = s0.add(t1
-                        .mul((ShortVector) ByteVector.fromArray(half, a, x0 + 36).convertShape(b2s, shorts, 0)));
-                s0 = s0.add(t2
-                        .mul((ShortVector) ByteVector.fromArray(half, a, x0 + 68).convertShape(b2s, shorts, 0)));
-                s0 = s0.add(t3
-                        .mul((ShortVector) ByteVector.fromArray(half, a, x0 + 100).convertShape(b2s, shorts, 0)));
-                s0 = s0.add(t4
-                        .mul((ShortVector) ByteVector.fromArray(half, a, x0 + 132).convertShape(b2s, shorts, 0)));
-                s0 = s0.add(t5
-                        .mul((ShortVector) ByteVector.fromArray(half, a, x0 + 164).convertShape(b2s, shorts, 0)));
-                s0 = s0.add(t6
-                        .mul((ShortVector) ByteVector.fromArray(half, a, x0 + 196).convertShape(b2s, shorts, 0)));
-                s0 = s0.add(t7
-                        .mul((ShortVector) ByteVector.fromArray(half, a, x0 + 228).convertShape(b2s, shorts, 0)));
-                IntVector w0 = s0.reinterpretAsInts();
-                acc0 = ((FloatVector) w0.add(w0.lanewise(shl, 16)).lanewise(sra, 16).convert(i2f, 0))
-                        .fma(FloatVector.broadcast(f, scale0), acc0);
-                ShortVector s1 = t0
-                        .mul((ShortVector) ByteVector.fromArray(half, a, x1 + 4).convertShape(b2s, shorts, 0));
-                s1 = s1.add(t1
-                        .mul((ShortVector) ByteVector.fromArray(half, a, x1 + 36).convertShape(b2s, shorts, 0)));
-                s1 = s1.add(t2
-                        .mul((ShortVector) ByteVector.fromArray(half, a, x1 + 68).convertShape(b2s, shorts, 0)));
-                s1 = s1.add(t3
-                        .mul((ShortVector) ByteVector.fromArray(half, a, x1 + 100).convertShape(b2s, shorts, 0)));
-                s1 = s1.add(t4
-                        .mul((ShortVector) ByteVector.fromArray(half, a, x1 + 132).convertShape(b2s, shorts, 0)));
-                s1 = s1.add(t5
-                        .mul((ShortVector) ByteVector.fromArray(half, a, x1 + 164).convertShape(b2s, shorts, 0)));
-                s1 = s1.add(t6
-                        .mul((ShortVector) ByteVector.fromArray(half, a, x1 + 196).convertShape(b2s, shorts, 0)));
-                s1 = s1.add(t7
-                        .mul((ShortVector) ByteVector.fromArray(half, a, x1 + 228).convertShape(b2s, shorts, 0)));
-                IntVector w1 = s1.reinterpretAsInts();
-                acc1 = ((FloatVector) w1.add(w1.lanewise(shl, 16)).lanewise(sra, 16).convert(i2f, 0))
-                        .fma(FloatVector.broadcast(f, scale1), acc1);
-                ShortVector s2 = t0
-                        .mul((ShortVector) ByteVector.fromArray(half, a, x2 + 4).convertShape(b2s, shorts, 0));
-                s2 = s2.add(t1
-                        .mul((ShortVector) ByteVector.fromArray(half, a, x2 + 36).convertShape(b2s, shorts, 0)));
-                s2 = s2.add(t2
-                        .mul((ShortVector) ByteVector.fromArray(half, a, x2 + 68).convertShape(b2s, shorts, 0)));
-                s2 = s2.add(t3
-                        .mul((ShortVector) ByteVector.fromArray(half, a, x2 + 100).convertShape(b2s, shorts, 0)));
-                s2 = s2.add(t4
-                        .mul((ShortVector) ByteVector.fromArray(half, a, x2 + 132).convertShape(b2s, shorts, 0)));
-                s2 = s2.add(t5
-                        .mul((ShortVector) ByteVector.fromArray(half, a, x2 + 164).convertShape(b2s, shorts, 0)));
-                s2 = s2.add(t6
-                        .mul((ShortVector) ByteVector.fromArray(half, a, x2 + 196).convertShape(b2s, shorts, 0)));
-                s2 = s2.add(t7
-                        .mul((ShortVector) ByteVector.fromArray(half, a, x2 + 228).convertShape(b2s, shorts, 0)));
-                IntVector w2 = s2.reinterpretAsInts();
-                acc2 = ((FloatVector) w2.add(w2.lanewise(shl, 16)).lanewise(sra, 16).convert(i2f, 0))
-                        .fma(FloatVector.broadcast(f, scale2), acc2);
-                ShortVector s3 = t0
-                        .mul((ShortVector) ByteVector.fromArray(half, a, x3 + 4).convertShape(b2s, shorts, 0));
-                s3 = s3.add(t1
-                        .mul((ShortVector) ByteVector.fromArray(half, a, x3 + 36).convertShape(b2s, shorts, 0)));
-                s3 = s3.add(t2
-                        .mul((ShortVector) ByteVector.fromArray(half, a, x3 + 68).convertShape(b2s, shorts, 0)));
-                s3 = s3.add(t3
-                        .mul((ShortVector) ByteVector.fromArray(half, a, x3 + 100).convertShape(b2s, shorts, 0)));
-                s3 = s3.add(t4
-                        .mul((ShortVector) ByteVector.fromArray(half, a, x3 + 132).convertShape(b2s, shorts, 0)));
-                s3 = s3.add(t5
-                        .mul((ShortVector) ByteVector.fromArray(half, a, x3 + 164).convertShape(b2s, shorts, 0)));
-                s3 = s3.add(t6
-                        .mul((ShortVector) ByteVector.fromArray(half, a, x3 + 196).convertShape(b2s, shorts, 0)));
-                s3 = s3.add(t7
-                        .mul((ShortVector) ByteVector.fromArray(half, a, x3 + 228).convertShape(b2s, shorts, 0)));
-                IntVector w3 = s3.reinterpretAsInts();
-                acc3 = ((FloatVector) w3.add(w3.lanewise(shl, 16)).lanewise(sra, 16).convert(i2f, 0))
-                        .fma(FloatVector.broadcast(f, scale3), acc3);
-            }
-            // The trees written out, as in dotCodes32x1.
-            acc0 = acc0.add(acc0.rearrange(Ternary.X8));
-            acc0 = acc0.add(acc0.rearrange(Ternary.X4));
-            acc0 = acc0.add(acc0.rearrange(Ternary.X2));
-            out[outIndex + 4 * g * outStride] = acc0.add(acc0.rearrange(Ternary.X1)).lane(0);
-            acc1 = acc1.add(acc1.rearrange(Ternary.X8));
-            acc1 = acc1.add(acc1.rearrange(Ternary.X4));
-            acc1 = acc1.add(acc1.rearrange(Ternary.X2));
-            out[outIndex + (4 * g + 1) * outStride] = acc1.add(acc1.rearrange(Ternary.X1)).lane(0);
-            acc2 = acc2.add(acc2.rearrange(Ternary.X8));
-            acc2 = acc2.add(acc2.rearrange(Ternary.X4));
-            acc2 = acc2.add(acc2.rearrange(Ternary.X2));
-            out[outIndex + (4 * g + 2) * outStride] = acc2.add(acc2.rearrange(Ternary.X1)).lane(0);
-            acc3 = acc3.add(acc3.rearrange(Ternary.X8));
-            acc3 = acc3.add(acc3.rearrange(Ternary.X4));
-            acc3 = acc3.add(acc3.rearrange(Ternary.X2));
-            out[outIndex + (4 * g + 3) * outStride] = acc3.add(acc3.rearrange(Ternary.X1)).lane(0);
         }
     }
 
