@@ -106,7 +106,7 @@ public final class TQ1_0Quantizer extends TernaryQuantizer {
      */
     @Override
     float dotPacked(MemorySegment src, long offset, int blocks, float[] prepared, int at) {
-        return TQ2_0Quantizer.dotPacked16(transcode(src, offset, blocks), 0, blocks, prepared, at);
+        return transcoded(src, offset, blocks, prepared, at, null, 0, 0, 0, null, 0, 0);
     }
 
     /** Weight row by weight row, each rewritten as for {@link #dotPacked}, then TQ2_0's kernel. */
@@ -114,13 +114,22 @@ public final class TQ1_0Quantizer extends TernaryQuantizer {
     void dotCodesRows(MemorySegment src, long offset, long stride, int rows, int blocks, byte[] a, int at,
                       int actStride, int actRows, float[] out, int outIndex, int outStride) {
         for (int r = 0; r < rows; r++) {
-            TQ2_0Quantizer.dotCodes32(transcode(src, offset + r * stride, blocks), 0, 0, 1, blocks, a, at, actStride,
-                    actRows, out, outIndex + r, outStride);
+            transcoded(src, offset + r * stride, blocks, null, 0, a, at, actStride, actRows, out, outIndex + r,
+                    outStride);
         }
     }
 
-    /** {@return the row rewritten in TQ2_0's layout in the per-thread buffer's segment} ({@link #dotPacked}) */
-    private static MemorySegment transcode(MemorySegment src, long offset, int blocks) {
+    /**
+     * The row rewritten in TQ2_0's layout in the per-thread buffer ({@link #dotPacked}), then TQ2_0's float kernel
+     * over it with {@code prepared} activations ({@code a == null}), or its integer kernel with the Q8_K activations
+     * in {@code a} into {@code products} ({@link #dotCodesRows}; returns 0). One method for both, the rewriting and the kernel's call in one
+     * compilation, as the float path was before the integer one came: with the rewriting in a method of its own,
+     * {@code KernelInliningTest}'s workout (every format in one process) measured TQ1_0's float dot at 16,384 bytes a
+     * 64-row call in one run of four here and in one run of the build; none in five runs of this form.
+     */
+    private static float transcoded(MemorySegment src, long offset, int blocks, float[] prepared, int at, byte[] a,
+                                    int actAt, int actStride, int actRows, float[] products, int outIndex,
+                                    int outStride) {
         byte[] b = Blocks.stage(src, offset, blocks * BYTES);
         Transcoded t = TRANSCODED.get();
         if (t.bytes.length < blocks * TQ2_0Quantizer.BYTES) {
@@ -177,7 +186,12 @@ public final class TQ1_0Quantizer extends TernaryQuantizer {
             out[to + 64] = b[o + 52];
             out[to + 65] = b[o + 53];
         }
-        return t.segment;
+        if (a == null) {
+            return TQ2_0Quantizer.dotPacked16(t.segment, 0, blocks, prepared, at);
+        }
+        TQ2_0Quantizer.dotCodes32(t.segment, 0, 0, 1, blocks, a, actAt, actStride, actRows, products, outIndex,
+                outStride);
+        return 0;
     }
 
     /** {@link #dotPacked}: lane {@code l} takes {@code qh[l % 4]} from the four bytes read as one little-endian int. */
