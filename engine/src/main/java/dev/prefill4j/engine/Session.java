@@ -636,7 +636,7 @@ public final class Session implements AutoCloseable {
                 tock("activation_encode", t);
                 t = tick();
             }
-            boolean perTokenPrompt = rows > 1 && act.id().equals(w.format().tokenActivationFormat());
+            boolean perTokenPrompt = rows > 1 && perToken(w.format(), act);
             if (w.format().hasEncodedDot() && !perTokenPrompt) {
                 device.matmulEncoded(w, encoded, rowBytes, rows, outs[i]);
             } else {
@@ -658,6 +658,11 @@ public final class Session implements AutoCloseable {
                 tock(profile.operationOf(w.name()), t, bytes(w), flops(w, rows));
             }
         }
+    }
+
+    /** {@return whether {@code act} is the per-token activation format of {@code weights}} (BitNet's rounding) */
+    static boolean perToken(Quantizer weights, Quantizer act) {
+        return act.id().equals(weights.tokenActivationFormat());
     }
 
     private static void addInPlace(float[] a, float[] b, int n) {

@@ -54,7 +54,7 @@ final class Workspace {
             int widest = Math.max(Math.max(c.dim(), c.qDim()), c.ffnDim());
             // Per-token activations are decoded for a prompt's float GEMM (Session.project).
             boolean decodes = activationFormats.entrySet().stream().anyMatch(e -> !e.getKey().hasEncodedDot()
-                    || e.getValue().id().equals(e.getKey().tokenActivationFormat()));
+                    || Session.perToken(e.getKey(), e.getValue()));
             long rowBytes = activationFormats.values().stream()
                     .mapToLong(q -> (widest + q.blockSize() - 1L) / q.blockSize() * q.blockBytes()).max().orElse(0);
             boolean up = !activationFormats.isEmpty();
