@@ -313,6 +313,7 @@ public final class Engine implements AutoCloseable {
         if (!ready.isEmpty()) {
             device.warmUp(ready);
         }
+        warmUpEncoded(model, activationFormats);
         WeightMatrix embedding = model.embedding();
         if (decodeWarmedUp.add(embedding.format())) {
             float[] row = new float[embedding.cols()];
@@ -322,6 +323,53 @@ public final class Engine implements AutoCloseable {
             }
         }
     }
+
+    /**
+     * Readies the decode steps' products with activations still encoded ({@link ComputeDevice#matmulEncoded}) for
+     * each new weight format, activation format and row length of the layers: {@value #WARM_UP_ENCODED_CALLS} one-row
+     * products over the matrix's first {@value #WARM_UP_ENCODED_ROWS} rows, short calls, so that C2 compiles the
+     * kernel whole, before the model is resident. Left to the first decode steps, TQ2_0's integer kernel was first
+     * compiled on-stack-replacement into its running block loop (the calls there are long), with an arena of 168 MB
+     * ({@code -XX:CompileCommand=MemStat}) against 23 MB for the whole method, on top of the resident model: {@code
+     * bench -m 1b-tq2_0.gguf -p 512 -n 16 -r 1 --verify-tokens 0 --activations per-token} peaked at 721.8 MiB against
+     * 560.4 in {@code f32} mode, and its first steps ran in C1's code (the Vector API not intrinsified there) for
+     * about 3 s.
+     */
+    private void warmUpEncoded(LlamaModel model, Map<Quantizer, Quantizer> activationFormats) {
+        for (int l = 0; l < model.config().layers(); l++) {
+            LlamaModel.Layer layer = model.layer(l);
+            for (WeightMatrix w : List.of(layer.wq(), layer.wk(), layer.wv(), layer.wo(), layer.gate(), layer.up(),
+                    layer.down())) {
+                Quantizer act = activationFormats.get(w.format());
+                if (act == null || !w.format().hasEncodedDot()
+                        || !warmedUp.add(w.format().id() + "/" + act.id() + "/" + w.cols())) {
+                    continue;
+                }
+                int rows = Math.min(WARM_UP_ENCODED_ROWS, w.rows());
+                var head = new WeightMatrix(w.name(), w.format(), w.data().asSlice(0, w.rowBytes() * rows), rows,
+                        w.cols());
+                float[] x = new float[w.cols()];
+                java.util.SplittableRandom random = new java.util.SplittableRandom(rows);
+                for (int i = 0; i < x.length; i++) {
+                    x[i] = (float) (random.nextDouble() * 2 - 1);
+                }
+                long rowBytes = act.byteSize(w.cols());
+                // A heap segment over an array, as sessions hand encoded activations over (Blocks.heapBytes).
+                java.lang.foreign.MemorySegment encoded = java.lang.foreign.MemorySegment.ofArray(
+                        new byte[Math.toIntExact(rowBytes)]);
+                act.encode(x, 0, w.cols(), encoded, 0);
+                float[] out = new float[rows];
+                for (int i = 0; i < WARM_UP_ENCODED_CALLS; i++) {
+                    device.matmulEncoded(head, encoded, rowBytes, 1, out);
+                }
+            }
+        }
+    }
+
+    /** One-row encoded products {@link #warmUpEncoded} runs per format and row length. */
+    private static final int WARM_UP_ENCODED_CALLS = 256;
+    /** Weight rows {@link #warmUpEncoded} reads of a matrix: a few pages. */
+    private static final int WARM_UP_ENCODED_ROWS = 64;
 
     /** Adds {@code w} to {@code ready} if its format takes float activations and its format and row length are new. */
     private void offerWarmUp(WeightMatrix w, Map<Quantizer, Quantizer> activationFormats, List<WeightMatrix> ready) {
