@@ -607,9 +607,9 @@ public final class Session implements AutoCloseable {
      * llama.cpp's integer dot products compute. Per-token activations (BitNet b1.58's rounding, {@link
      * SessionOptions.Activations#PER_TOKEN}) of more than one row, a prompt's, go decoded to the float GEMM ({@link
      * ComputeDevice#matmul}): the same rounded activations times the same weights, the sums in float instead of exact
-     * integers, at the GEMM's speed. Through the integer products a prompt ran at 24-66 tok/s (pp512, 1B TQ2_0 file,
-     * Zen 5 VM), through the GEMM at about the float mode's 150-160; decode steps keep the integer products, faster
-     * than the float dots there (tg64 38-46 against 29-33 tok/s).
+     * integers, at the GEMM's speed. Through the integer products a prompt ran at 39-86 tok/s (pp512, 1B TQ2_0 file,
+     * Zen 5 VM; 22-106 in a four-row form C2 compiled unevenly), through the GEMM at 126-150, about the float mode's
+     * speed; decode steps keep the integer products, faster than the float dots there (tg64 38-47 against 29-33).
      */
     private void project(float[] x, int rows, WeightMatrix[] ws, float[]... outs) {
         Quantizer encodedAs = null;
