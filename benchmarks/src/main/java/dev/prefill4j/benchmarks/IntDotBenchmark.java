@@ -1,5 +1,6 @@
 package dev.prefill4j.benchmarks;
 
+import java.util.Arrays;
 import java.util.SplittableRandom;
 import java.util.concurrent.TimeUnit;
 import jdk.incubator.vector.ByteVector;
@@ -47,6 +48,7 @@ public class IntDotBenchmark {
     private final byte[] bb = new byte[N];
     private final short[] sa = new short[N];
     private final short[] sb = new short[N];
+    private final int[] pairSums = new int[N / 2];
 
     /** Counts multiply and add operations. */
     @State(Scope.Thread)
@@ -96,8 +98,9 @@ public class IntDotBenchmark {
     }
 
     /**
-     * {@return the dot product} A plain int16 loop in the shape C2 maps to its {@code MulAddS2I} node (pairs of
-     * products added), which x86 compiles to {@code vpmaddwd}, or {@code vpdpwssd} where VNNI is present.
+     * {@return the dot product} A plain int16 loop of pairs of products ({@code MulAddS2I}, C2's node for them),
+     * summed in the loop: C2 leaves this reduction scalar (JDK 25); {@link #int16PairsIntoArray} is the shape it
+     * vectorizes.
      *
      * @param ops counter
      */
@@ -106,6 +109,30 @@ public class IntDotBenchmark {
         int s = 0;
         for (int i = 0; i < N; i += 2) {
             s += sa[i] * sb[i] + sa[i + 1] * sb[i + 1];
+        }
+        ops.ops += 2L * N;
+        return s;
+    }
+
+    /**
+     * {@return the dot product} The int16 pairs in the element-wise shape of the JDK's own test for C2's {@code
+     * MulAddS2I} node ({@code out[i] += a[2i] * b[2i] + a[2i + 1] * b[2i + 1]}, {@code out} cleared first), then
+     * {@code out} summed: the one shape found here in which C2 emits {@code vpdpwssd} (JDK 25, AVX-512 VNNI; read in
+     * its code with a disassembler plug-in), while {@link #int16PairLoop}, the same products summed in the loop,
+     * stays scalar. The price is {@code out}'s N/2 ints written and read again.
+     *
+     * @param ops counter
+     */
+    @Benchmark
+    public int int16PairsIntoArray(Ops ops) {
+        int[] out = pairSums;
+        Arrays.fill(out, 0);
+        for (int i = 0; i < N / 2; i++) {
+            out[i] += sa[2 * i] * sb[2 * i] + sa[2 * i + 1] * sb[2 * i + 1];
+        }
+        int s = 0;
+        for (int v : out) {
+            s += v;
         }
         ops.ops += 2L * N;
         return s;
