@@ -7,7 +7,9 @@ import java.lang.foreign.MemorySegment;
 import java.util.List;
 import java.util.SplittableRandom;
 import java.util.function.IntConsumer;
+import jdk.incubator.vector.DoubleVector;
 import jdk.incubator.vector.FloatVector;
+import jdk.incubator.vector.VectorOperators;
 
 /**
  * The CPU device: the calling thread plus {@code threads - 1} daemon workers ({@link WorkerPool}: they spin between
@@ -80,6 +82,9 @@ final class CpuDevice implements ComputeDevice {
     private final ThreadLocal<float[]> upPreparedBuffer = new ThreadLocal<>();
     /** Per worker thread: a decode task's up products, before SwiGLU joins them to the gate's. */
     private final ThreadLocal<float[]> upRowsBuffer = new ThreadLocal<>();
+    /** {@link #exactPanel}'s transposed panel of doubles and its rows' double sums. */
+    private final ThreadLocal<double[]> exactPanelBuffer = new ThreadLocal<>();
+    private final ThreadLocal<double[]> exactSumBuffer = new ThreadLocal<>();
 
     CpuDevice(int threads) {
         this.threads = threads;
@@ -169,6 +174,10 @@ final class CpuDevice implements ComputeDevice {
 
     @Override
     public void matmulExact(WeightMatrix w, float[] x, int rows, float[] out) {
+        if (rows >= 6 && VectorOps.FLOATS.length() == 16 && w.rows() % EXACT_PANEL == 0) {
+            matmulExactPanels(w, x, rows, out);
+            return;
+        }
         int n = w.rows();
         int k = w.cols();
         long rowBytes = w.rowBytes();
@@ -188,6 +197,70 @@ final class CpuDevice implements ComputeDevice {
                 }
             }
         });
+    }
+
+    /** Outputs of {@link #matmulExact}'s prefill panels: four vectors of doubles (32 with AVX-512). */
+    private static final int EXACT_PANEL = 4 * VectorOps.DOUBLES.length();
+    /** Doubles of a transposed exact panel per K slice: 512 KiB, the float panels' size. */
+    private static final int EXACT_PANEL_SLICE_DOUBLES = 64 * 1024;
+
+    /**
+     * {@link #matmulExact} for prompts (six or more rows; 16 float lanes, whose 32 registers hold the 24 double
+     * accumulators): the float GEMM's plan ({@link #matmulPanels}) in double precision. A task decodes its
+     * {@link #EXACT_PANEL} weight rows a K slice at a time, widens them to doubles in a K-major panel (a gather per
+     * column of eight rows), and runs every six activation rows over it with {@link VectorOps#kernel6x4Exact}; the
+     * slices' sums stay in doubles until the last, then each output is rounded to float once. The quantized
+     * activation modes use it for formats without an integer dot product; one dot product an output and row
+     * ({@link VectorOps#dotExact}) took pp512 on the 1B F16 file with {@code --activations quantized} to 13.8 tok/s.
+     */
+    private void matmulExactPanels(WeightMatrix w, float[] x, int rows, float[] out) {
+        int panel = EXACT_PANEL;
+        int block = w.format().blockSize();
+        int slice = Math.max(block, EXACT_PANEL_SLICE_DOUBLES / panel / block * block);
+        int rowStride = Math.min(slice, w.cols()) + ROW_PAD;
+        int[] rowStarts = new int[VectorOps.DOUBLES.length()];
+        for (int i = 0; i < rowStarts.length; i++) {
+            rowStarts[i] = i * rowStride;
+        }
+        parallelFor(w.rows() / panel, pi -> exactPanel(w, x, rows, pi * panel, slice, rowStride, rowStarts, out));
+    }
+
+    /** One panel of {@link #matmulExactPanels}: outputs {@code [o0, o0 + EXACT_PANEL)} for every row. */
+    private void exactPanel(WeightMatrix w, float[] x, int rows, int o0, int slice, int rowStride, int[] rowStarts,
+            float[] out) {
+        int panel = EXACT_PANEL;
+        int k = w.cols();
+        int n = w.rows();
+        int lanes = VectorOps.DOUBLES.length();
+        long rowBytes = w.rowBytes();
+        float[] rowBuf = buffer(lanes * rowStride);
+        double[] wt = doubles(exactPanelBuffer, panel * Math.min(slice, k));
+        double[] acc = doubles(exactSumBuffer, rows * panel);
+        for (int t0 = 0; t0 < k; t0 += slice) {
+            int len = Math.min(slice, k - t0);
+            long from = w.format().byteSize(t0);
+            for (int i0 = 0; i0 < panel; i0 += lanes) {
+                for (int i = 0; i < lanes; i++) {
+                    w.format().decode(w.data(), rowBytes * (o0 + i0 + i) + from, rowBuf, i * rowStride, len);
+                }
+                for (int t = 0; t < len; t++) {
+                    ((DoubleVector) FloatVector.fromArray(FloatVector.SPECIES_256, rowBuf, t, rowStarts, 0)
+                            .convertShape(VectorOperators.F2D, VectorOps.DOUBLES, 0)).intoArray(wt, t * panel + i0);
+                }
+            }
+            int r = 0;
+            for (; r + 6 <= rows; r += 6) {
+                VectorOps.kernel6x4Exact(wt, 0, len, x, r * k + t0, k, acc, r * panel, panel, t0 > 0);
+            }
+            for (; r < rows; r++) {
+                VectorOps.kernel1x4Exact(wt, 0, len, x, r * k + t0, acc, r * panel, t0 > 0);
+            }
+        }
+        for (int r = 0; r < rows; r++) {
+            for (int i = 0; i < panel; i++) {
+                out[r * n + o0 + i] = (float) acc[r * panel + i];
+            }
+        }
     }
 
     /**
@@ -560,6 +633,16 @@ final class CpuDevice implements ComputeDevice {
 
     private float[] buffer(int size) {
         return buffer(tileBuffer, size);
+    }
+
+    /** {@return this thread's buffer of {@code perThread}, grown to at least {@code size} doubles} */
+    private static double[] doubles(ThreadLocal<double[]> perThread, int size) {
+        double[] b = perThread.get();
+        if (b == null || b.length < size) {
+            b = new double[size];
+            perThread.set(b);
+        }
+        return b;
     }
 
     /** {@return this thread's buffer of {@code perThread}, grown to at least {@code size} floats} */

@@ -578,6 +578,121 @@ final class VectorOps {
         c3.intoArray(out, oo + 3 * l);
     }
 
+    /**
+     * {@link #kernel6x4} in double precision, for {@link CpuDevice#matmulExact}'s prefill form: six activation rows
+     * (floats, each widened to double as it is broadcast) times a transposed panel of four vectors of doubles ({@code
+     * wt[wo + t * 4D + i]}, D double lanes), 24 double accumulators. A product of two floats is exact in double, and
+     * each output is accumulated over k in order with FMA, so the result is the double-precision dot product however
+     * the JIT compiles it. Writes {@code acc[ao + j * accStride + i]}; with {@code add}, continues from the sums
+     * already there (the next slice of K). Written out beside {@link #kernel6x4} rather than shared with it: float
+     * and double vectors meet only in their common supertype, through which C2 would box them.
+     */
+    static void kernel6x4Exact(double[] wt, int wo, int k, float[] x, int xo, int xStride, double[] acc, int ao,
+                               int accStride, boolean add) {
+        int l = DOUBLES.length();
+        double[] s = add ? acc : DOUBLE_ZEROS;
+        int so = add ? ao : 0;
+        int ss = add ? accStride : 0;
+        int stride = 4 * l;
+        DoubleVector c00 = startExact(s, so + 0 * ss + 0 * l), c01 = startExact(s, so + 0 * ss + 1 * l), c02 = startExact(s, so + 0 * ss + 2 * l), c03 = startExact(s, so + 0 * ss + 3 * l);
+        DoubleVector c10 = startExact(s, so + 1 * ss + 0 * l), c11 = startExact(s, so + 1 * ss + 1 * l), c12 = startExact(s, so + 1 * ss + 2 * l), c13 = startExact(s, so + 1 * ss + 3 * l);
+        DoubleVector c20 = startExact(s, so + 2 * ss + 0 * l), c21 = startExact(s, so + 2 * ss + 1 * l), c22 = startExact(s, so + 2 * ss + 2 * l), c23 = startExact(s, so + 2 * ss + 3 * l);
+        DoubleVector c30 = startExact(s, so + 3 * ss + 0 * l), c31 = startExact(s, so + 3 * ss + 1 * l), c32 = startExact(s, so + 3 * ss + 2 * l), c33 = startExact(s, so + 3 * ss + 3 * l);
+        DoubleVector c40 = startExact(s, so + 4 * ss + 0 * l), c41 = startExact(s, so + 4 * ss + 1 * l), c42 = startExact(s, so + 4 * ss + 2 * l), c43 = startExact(s, so + 4 * ss + 3 * l);
+        DoubleVector c50 = startExact(s, so + 5 * ss + 0 * l), c51 = startExact(s, so + 5 * ss + 1 * l), c52 = startExact(s, so + 5 * ss + 2 * l), c53 = startExact(s, so + 5 * ss + 3 * l);
+        for (int t = 0; t < k; t++) {
+            int w = wo + t * stride;
+            DoubleVector w0 = DoubleVector.fromArray(DOUBLES, wt, w);
+            DoubleVector w1 = DoubleVector.fromArray(DOUBLES, wt, w + l);
+            DoubleVector w2 = DoubleVector.fromArray(DOUBLES, wt, w + 2 * l);
+            DoubleVector w3 = DoubleVector.fromArray(DOUBLES, wt, w + 3 * l);
+            DoubleVector x0 = DoubleVector.broadcast(DOUBLES, x[xo + 0 * xStride + t]);
+            c00 = w0.fma(x0, c00);
+            c01 = w1.fma(x0, c01);
+            c02 = w2.fma(x0, c02);
+            c03 = w3.fma(x0, c03);
+            DoubleVector x1 = DoubleVector.broadcast(DOUBLES, x[xo + 1 * xStride + t]);
+            c10 = w0.fma(x1, c10);
+            c11 = w1.fma(x1, c11);
+            c12 = w2.fma(x1, c12);
+            c13 = w3.fma(x1, c13);
+            DoubleVector x2 = DoubleVector.broadcast(DOUBLES, x[xo + 2 * xStride + t]);
+            c20 = w0.fma(x2, c20);
+            c21 = w1.fma(x2, c21);
+            c22 = w2.fma(x2, c22);
+            c23 = w3.fma(x2, c23);
+            DoubleVector x3 = DoubleVector.broadcast(DOUBLES, x[xo + 3 * xStride + t]);
+            c30 = w0.fma(x3, c30);
+            c31 = w1.fma(x3, c31);
+            c32 = w2.fma(x3, c32);
+            c33 = w3.fma(x3, c33);
+            DoubleVector x4 = DoubleVector.broadcast(DOUBLES, x[xo + 4 * xStride + t]);
+            c40 = w0.fma(x4, c40);
+            c41 = w1.fma(x4, c41);
+            c42 = w2.fma(x4, c42);
+            c43 = w3.fma(x4, c43);
+            DoubleVector x5 = DoubleVector.broadcast(DOUBLES, x[xo + 5 * xStride + t]);
+            c50 = w0.fma(x5, c50);
+            c51 = w1.fma(x5, c51);
+            c52 = w2.fma(x5, c52);
+            c53 = w3.fma(x5, c53);
+        }
+        c00.intoArray(acc, ao + 0 * accStride + 0 * l);
+        c01.intoArray(acc, ao + 0 * accStride + 1 * l);
+        c02.intoArray(acc, ao + 0 * accStride + 2 * l);
+        c03.intoArray(acc, ao + 0 * accStride + 3 * l);
+        c10.intoArray(acc, ao + 1 * accStride + 0 * l);
+        c11.intoArray(acc, ao + 1 * accStride + 1 * l);
+        c12.intoArray(acc, ao + 1 * accStride + 2 * l);
+        c13.intoArray(acc, ao + 1 * accStride + 3 * l);
+        c20.intoArray(acc, ao + 2 * accStride + 0 * l);
+        c21.intoArray(acc, ao + 2 * accStride + 1 * l);
+        c22.intoArray(acc, ao + 2 * accStride + 2 * l);
+        c23.intoArray(acc, ao + 2 * accStride + 3 * l);
+        c30.intoArray(acc, ao + 3 * accStride + 0 * l);
+        c31.intoArray(acc, ao + 3 * accStride + 1 * l);
+        c32.intoArray(acc, ao + 3 * accStride + 2 * l);
+        c33.intoArray(acc, ao + 3 * accStride + 3 * l);
+        c40.intoArray(acc, ao + 4 * accStride + 0 * l);
+        c41.intoArray(acc, ao + 4 * accStride + 1 * l);
+        c42.intoArray(acc, ao + 4 * accStride + 2 * l);
+        c43.intoArray(acc, ao + 4 * accStride + 3 * l);
+        c50.intoArray(acc, ao + 5 * accStride + 0 * l);
+        c51.intoArray(acc, ao + 5 * accStride + 1 * l);
+        c52.intoArray(acc, ao + 5 * accStride + 2 * l);
+        c53.intoArray(acc, ao + 5 * accStride + 3 * l);
+    }
+
+    /** One activation row against {@link #kernel6x4Exact}'s panel (the leftover rows); {@code add} as there. */
+    static void kernel1x4Exact(double[] wt, int wo, int k, float[] x, int xo, double[] acc, int ao, boolean add) {
+        int l = DOUBLES.length();
+        double[] s = add ? acc : DOUBLE_ZEROS;
+        int so = add ? ao : 0;
+        int stride = 4 * l;
+        DoubleVector c0 = startExact(s, so), c1 = startExact(s, so + l);
+        DoubleVector c2 = startExact(s, so + 2 * l), c3 = startExact(s, so + 3 * l);
+        for (int t = 0; t < k; t++) {
+            int w = wo + t * stride;
+            DoubleVector xv = DoubleVector.broadcast(DOUBLES, x[xo + t]);
+            c0 = DoubleVector.fromArray(DOUBLES, wt, w).fma(xv, c0);
+            c1 = DoubleVector.fromArray(DOUBLES, wt, w + l).fma(xv, c1);
+            c2 = DoubleVector.fromArray(DOUBLES, wt, w + 2 * l).fma(xv, c2);
+            c3 = DoubleVector.fromArray(DOUBLES, wt, w + 3 * l).fma(xv, c3);
+        }
+        c0.intoArray(acc, ao);
+        c1.intoArray(acc, ao + l);
+        c2.intoArray(acc, ao + 2 * l);
+        c3.intoArray(acc, ao + 3 * l);
+    }
+
+    /** Zeros {@link #kernel6x4Exact} starts from when it does not continue partial sums, as {@link #ZEROS}. */
+    private static final double[] DOUBLE_ZEROS = new double[4 * DOUBLES.length()];
+
+    /** {@link #start} for the double kernels: always a load, for the reason given there. */
+    private static DoubleVector startExact(double[] s, int i) {
+        return DoubleVector.fromArray(DOUBLES, s, i);
+    }
+
     /** Zeros a micro-kernel's accumulators start from when it does not continue partial sums ({@link #start}). */
     private static final float[] ZEROS = new float[4 * FLOATS.length()];
 
