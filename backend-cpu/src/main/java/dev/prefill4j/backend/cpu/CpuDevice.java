@@ -6,6 +6,7 @@ import dev.prefill4j.api.spi.WeightMatrix;
 import java.lang.foreign.MemorySegment;
 import java.util.List;
 import java.util.SplittableRandom;
+import java.util.concurrent.atomic.AtomicBoolean;
 import java.util.function.IntConsumer;
 import jdk.incubator.vector.DoubleVector;
 import jdk.incubator.vector.FloatVector;
@@ -214,6 +215,9 @@ final class CpuDevice implements ComputeDevice {
      * ({@link VectorOps#dotExact}) took pp512 on the 1B F16 file with {@code --activations quantized} to 13.8 tok/s.
      */
     private void matmulExactPanels(WeightMatrix w, float[] x, int rows, float[] out) {
+        if (exactKernelsReady.compareAndSet(false, true)) {
+            readyExactKernels();
+        }
         int panel = EXACT_PANEL;
         int block = w.format().blockSize();
         int slice = Math.max(block, EXACT_PANEL_SLICE_DOUBLES / panel / block * block);
@@ -223,6 +227,32 @@ final class CpuDevice implements ComputeDevice {
             rowStarts[i] = i * rowStride;
         }
         parallelFor(w.rows() / panel, pi -> exactPanel(w, x, rows, pi * panel, slice, rowStride, rowStarts, out));
+    }
+
+    /** Whether {@link #readyExactKernels} has run on this device. */
+    private final AtomicBoolean exactKernelsReady = new AtomicBoolean();
+    /** Short calls of each exact kernel {@link #readyExactKernels} makes, half of them continuing sums. */
+    private static final int EXACT_WARM_UP_CALLS = 2000;
+
+    /**
+     * Runs both exact kernels in short calls (16 steps of K), with and without continued sums, so that C2 compiles each
+     * whole and with both arms of {@code add} as the first prompt starts, while little of the model is resident. Left
+     * to the prompt's own calls (2,048 steps each), C2 compiled {@code kernel6x4Exact} three times, with arenas of
+     * 24-34 MB each ({@code -XX:CompileCommand=MemStat}), the last well into the first prompt; readied here, twice,
+     * both at its start.
+     */
+    private static void readyExactKernels() {
+        int k = 16;
+        double[] wt = new double[k * EXACT_PANEL];
+        float[] x = new float[6 * k];
+        for (int i = 0; i < x.length; i++) {
+            x[i] = i;
+        }
+        double[] acc = new double[6 * EXACT_PANEL];
+        for (int i = 0; i < EXACT_WARM_UP_CALLS; i++) {
+            VectorOps.kernel6x4Exact(wt, 0, k, x, 0, k, acc, 0, EXACT_PANEL, (i & 1) == 1);
+            VectorOps.kernel1x4Exact(wt, 0, k, x, 0, acc, 0, (i & 1) == 1);
+        }
     }
 
     /** One panel of {@link #matmulExactPanels}: outputs {@code [o0, o0 + EXACT_PANEL)} for every row. */
