@@ -14,9 +14,8 @@ import jdk.incubator.vector.VectorSpecies;
  */
 final class VectorOps {
     static final VectorSpecies<Float> FLOATS = species();
-    /** Doubles in vectors of the same size: each float vector converts into {@link #PARTS} of them. */
+    /** Doubles in vectors of the same size: each float vector converts into two of them. */
     static final VectorSpecies<Double> DOUBLES = VectorSpecies.of(double.class, FLOATS.vectorShape());
-    static final int PARTS = FLOATS.length() / DOUBLES.length();
 
     private VectorOps() {
     }
@@ -796,32 +795,47 @@ final class VectorOps {
         }
     }
 
+    /** Floats in vectors of half the size: each converts into one vector of {@link #DOUBLES}. */
+    private static final VectorSpecies<Float> HALF_FLOATS = VectorSpecies.of(float.class,
+            VectorShape.forBitSize(FLOATS.vectorBitSize() / 2));
+
     /**
      * {@code sum a[ao+i] * b[bo+i]} accumulated in double: every float product is exact in double, so the result is
-     * the exact dot product up to double rounding (1e-16 relative), rounded to float once. Lane sums in fixed order.
+     * the exact dot product up to double rounding (1e-16 relative), rounded to float once. Four sums, each over
+     * vectors of half as many floats widened to doubles, added in a fixed order, then the lanes in fixed order.
+     * With one sum over whole float vectors (two conversions each), a decode step of the 1B F16 file with {@code
+     * --activations quantized} ran at 4.0-4.7 tok/s.
      */
     static float dotExact(float[] a, int ao, float[] b, int bo, int n, double[] lanes) {
+        int h = HALF_FLOATS.length();
         int i = 0;
-        int bound = FLOATS.loopBound(n);
-        DoubleVector acc = DoubleVector.zero(DOUBLES);
-        for (; i < bound; i += FLOATS.length()) {
-            FloatVector va = FloatVector.fromArray(FLOATS, a, ao + i);
-            FloatVector vb = FloatVector.fromArray(FLOATS, b, bo + i);
-            for (int p = 0; p < PARTS; p++) {
-                DoubleVector da = (DoubleVector) va.convertShape(VectorOperators.F2D, DOUBLES, p);
-                DoubleVector db = (DoubleVector) vb.convertShape(VectorOperators.F2D, DOUBLES, p);
-                acc = da.fma(db, acc);
-            }
+        DoubleVector acc0 = DoubleVector.zero(DOUBLES);
+        DoubleVector acc1 = acc0;
+        DoubleVector acc2 = acc0;
+        DoubleVector acc3 = acc0;
+        for (; i + 4 * h <= n; i += 4 * h) {
+            acc0 = widened(a, ao + i).fma(widened(b, bo + i), acc0);
+            acc1 = widened(a, ao + i + h).fma(widened(b, bo + i + h), acc1);
+            acc2 = widened(a, ao + i + 2 * h).fma(widened(b, bo + i + 2 * h), acc2);
+            acc3 = widened(a, ao + i + 3 * h).fma(widened(b, bo + i + 3 * h), acc3);
         }
-        acc.intoArray(lanes, 0);
+        for (; i + h <= n; i += h) {
+            acc0 = widened(a, ao + i).fma(widened(b, bo + i), acc0);
+        }
+        acc0.add(acc1).add(acc2.add(acc3)).intoArray(lanes, 0);
         double s = 0;
-        for (int l = 0; l < lanes.length; l++) {
-            s += lanes[l];
+        for (int q = 0; q < lanes.length; q++) {
+            s += lanes[q];
         }
         for (; i < n; i++) {
             s += (double) a[ao + i] * b[bo + i];
         }
         return (float) s;
+    }
+
+    /** {@return {@code a[i..]}, half a float vector, widened to a vector of doubles} */
+    private static DoubleVector widened(float[] a, int i) {
+        return (DoubleVector) FloatVector.fromArray(HALF_FLOATS, a, i).convertShape(VectorOperators.F2D, DOUBLES, 0);
     }
 
     /**
