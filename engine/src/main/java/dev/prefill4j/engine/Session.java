@@ -67,11 +67,8 @@ public final class Session implements AutoCloseable {
     private float[] up;
     /** Weight format -> the format its input activations are rounded to; empty for float32 activations. */
     private final Map<Quantizer, Quantizer> activationFormats;
-    /**
-     * Rounded activation rows where a projection's matrices do not all round to one format ({@link #project}); made
-     * when first needed, since no file this engine has met mixes them.
-     */
-    private float[] spareRows;
+    /** Activation rows decoded from {@link #encoded}, for formats without an encoded dot product. */
+    private float[] quantized;
     /** Activation rows encoded in an activation format, a pass's worth. */
     private MemorySegment encoded;
 
@@ -120,6 +117,7 @@ public final class Session implements AutoCloseable {
         gate = workspace.gate;
         ffnOut = workspace.ffnOut;
         up = workspace.up;
+        quantized = workspace.quantized;
         encoded = workspace.encoded;
     }
 
@@ -603,25 +601,19 @@ public final class Session implements AutoCloseable {
 
     /**
      * Projections of one input: {@code outs[i] = x * ws[i]}. With quantized activations each input row is first
-     * rounded to the weights' activation format: encoded (once per format, not once per matrix, so Q/K/V and gate/up
-     * share it) and, where a product takes floats, decoded back. A decode step (one row) multiplies the encoded row
-     * where the format has an integer dot product ({@link ComputeDevice#matmulEncoded}). Otherwise the rounded floats
-     * go to {@link ComputeDevice#matmulExact} (products and sums in double, rounded once): numerically what
-     * llama.cpp's integer dot products compute, which keeps the next projection's int8 roundings on llama.cpp's side
-     * of every tie (a float GEMM here moved tiny-256-Q8_0's prompt logits 1.2e-2 from llama.cpp's, against 1.2e-7).
-     * Prompts take this path for every format since the CPU device runs it as a GEMM in double precision: pp512 on
-     * the 1B files (Zen 5 VM, 2026-12-05) went from 25-28 to 76-84 tok/s for Q4_0, 26 to 79 for Q8_0 and 15 to 79-80
-     * for Q4_K_M against the integer products. Per-token activations (BitNet b1.58's rounding, {@link
-     * SessionOptions.Activations#PER_TOKEN}), which llama.cpp has no counterpart of, send a prompt's rows to the float
-     * GEMM ({@link ComputeDevice#matmul}) instead, at its speed (pp512 126-150 on the 1B TQ2_0 file).
-     *
-     * <p>The rounded floats overwrite {@code x}, which no caller reads after its projections, where every matrix
-     * here rounds to the same format; else they go to {@link #spareRows}, so that each format rounds the original
-     * values.
+     * encoded in the weights' activation format (once per format, not once per matrix, so Q/K/V and gate/up share
+     * it); formats with an integer dot product take it encoded ({@link ComputeDevice#matmulEncoded}), the others get
+     * it decoded back to floats and accumulate exactly ({@link ComputeDevice#matmulExact}): both numerically what
+     * llama.cpp's integer dot products compute. Per-token activations (BitNet b1.58's rounding, {@link
+     * SessionOptions.Activations#PER_TOKEN}) of more than one row, a prompt's, go decoded to the float GEMM ({@link
+     * ComputeDevice#matmul}): the same rounded activations times the same weights, the sums in float instead of exact
+     * integers, at the GEMM's speed. Through the integer products a prompt ran at 39-86 tok/s (pp512, 1B TQ2_0 file,
+     * Zen 5 VM; 22-106 in a four-row form C2 compiled unevenly), through the GEMM at 126-150, about the float mode's
+     * speed; decode steps keep the integer products, faster than the float dots there (tg64 38-47 against 29-33).
      */
     private void project(float[] x, int rows, WeightMatrix[] ws, float[]... outs) {
         Quantizer encodedAs = null;
-        float[] rounded = null;
+        boolean decoded = false;
         for (int i = 0; i < ws.length; i++) {
             WeightMatrix w = ws[i];
             long t = tick();
@@ -640,25 +632,26 @@ public final class Session implements AutoCloseable {
                     act.encode(x, r * cols, cols, encoded, r * rowBytes);
                 }
                 encodedAs = act;
-                rounded = null;
+                decoded = false;
                 tock("activation_encode", t);
                 t = tick();
             }
-            if (w.format().hasEncodedDot() && rows == 1) {
+            boolean perTokenPrompt = rows > 1 && perToken(w.format(), act);
+            if (w.format().hasEncodedDot() && !perTokenPrompt) {
                 device.matmulEncoded(w, encoded, rowBytes, rows, outs[i]);
             } else {
-                if (rounded == null) {
-                    rounded = roundsAlike(ws) ? x : spareRows(rows * cols);
+                if (!decoded) {
                     for (int r = 0; r < rows; r++) {
-                        act.decode(encoded, r * rowBytes, rounded, r * cols, cols);
+                        act.decode(encoded, r * rowBytes, quantized, r * cols, cols);
                     }
+                    decoded = true;
                     tock("activation_encode", t);
                     t = tick();
                 }
-                if (rows > 1 && perToken(w.format(), act)) {
-                    device.matmul(w, rounded, rows, outs[i]);
+                if (perTokenPrompt) {
+                    device.matmul(w, quantized, rows, outs[i]);
                 } else {
-                    device.matmulExact(w, rounded, rows, outs[i]);
+                    device.matmulExact(w, quantized, rows, outs[i]);
                 }
             }
             if (profile != null) {
@@ -667,27 +660,8 @@ public final class Session implements AutoCloseable {
         }
     }
 
-    /** {@return whether every matrix of {@code ws} has its activations rounded, all to one format} */
-    private boolean roundsAlike(WeightMatrix[] ws) {
-        Quantizer first = activationFormats.get(ws[0].format());
-        for (WeightMatrix w : ws) {
-            if (first == null || activationFormats.get(w.format()) != first) {
-                return false;
-            }
-        }
-        return true;
-    }
-
-    /** {@return {@link #spareRows}, made or grown to at least {@code floats}} */
-    private float[] spareRows(int floats) {
-        if (spareRows == null || spareRows.length < floats) {
-            spareRows = new float[floats];
-        }
-        return spareRows;
-    }
-
     /** {@return whether {@code act} is the per-token activation format of {@code weights}} (BitNet's rounding) */
-    private static boolean perToken(Quantizer weights, Quantizer act) {
+    static boolean perToken(Quantizer weights, Quantizer act) {
         return act.id().equals(weights.tokenActivationFormat());
     }
 

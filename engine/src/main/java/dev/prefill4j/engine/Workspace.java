@@ -25,7 +25,8 @@ final class Workspace {
      * hidden} is how many of the FFN's hidden columns a pass holds at a time ({@code ffnDim}, or the device's {@link
      * dev.prefill4j.api.spi.ComputeDevice#feedForwardBlock} where it works in blocks).
      */
-    record Shape(int rows, int dim, int qDim, int kvDim, int ffnDim, int hidden, boolean up, long encodedRowBytes) {
+    record Shape(int rows, int dim, int qDim, int kvDim, int ffnDim, int hidden, boolean up, int quantizedPerRow,
+                 long encodedRowBytes) {
         /**
          * {@return the buffers a session of {@code rows} token rows needs, the FFN's hidden columns all at once}
          *
@@ -40,8 +41,8 @@ final class Workspace {
         /**
          * {@return the buffers a session of {@code rows} token rows needs} Only quantized activations write the up
          * projection out (float32 ones get SwiGLU in the GEMM's epilogue, and may run the FFN in blocks of hidden
-         * columns) and keep rows encoded; the rows decoded from them go back into the projection's input (Session's
-         * {@code project}).
+         * columns), decode rows for formats without an encoded dot product and for per-token ones, and keep rows
+         * encoded.
          *
          * @param c                 the model's geometry
          * @param rows              token rows (a prefill chunk at most)
@@ -51,11 +52,14 @@ final class Workspace {
          */
         static Shape of(LlamaConfig c, int rows, Map<Quantizer, Quantizer> activationFormats, int hidden) {
             int widest = Math.max(Math.max(c.dim(), c.qDim()), c.ffnDim());
+            // Per-token activations are decoded for a prompt's float GEMM (Session.project).
+            boolean decodes = activationFormats.entrySet().stream().anyMatch(e -> !e.getKey().hasEncodedDot()
+                    || Session.perToken(e.getKey(), e.getValue()));
             long rowBytes = activationFormats.values().stream()
                     .mapToLong(q -> (widest + q.blockSize() - 1L) / q.blockSize() * q.blockBytes()).max().orElse(0);
             boolean up = !activationFormats.isEmpty();
             return new Shape(rows, c.dim(), c.qDim(), c.kvDim(), c.ffnDim(), up ? c.ffnDim() : hidden, up,
-                    activationFormats.isEmpty() ? 0 : Math.max(1, rowBytes));
+                    decodes ? widest : 0, activationFormats.isEmpty() ? 0 : Math.max(1, rowBytes));
         }
 
         /** {@return whether the FFN runs in blocks of hidden columns, its output then in a buffer of its own} */
@@ -65,7 +69,7 @@ final class Workspace {
 
         /** {@return this shape for {@code n} rows} @param n token rows */
         Shape withRows(int n) {
-            return new Shape(n, dim, qDim, kvDim, ffnDim, hidden, up, encodedRowBytes);
+            return new Shape(n, dim, qDim, kvDim, ffnDim, hidden, up, quantizedPerRow, encodedRowBytes);
         }
 
         /**
@@ -84,7 +88,7 @@ final class Workspace {
         /** {@return the bytes of the buffers' contents: what the constructor below allocates, array by array} */
         long bytes() {
             long floats = (long) rows * (dim + Math.max(dim, qDim) + 2L * kvDim + Math.max(hidden, Math.max(dim, qDim))
-                    + (blocked() ? dim : 0) + (up ? ffnDim : 0));
+                    + (blocked() ? dim : 0) + (up ? ffnDim : 0) + quantizedPerRow);
             return Float.BYTES * floats + rows * encodedRowBytes;
         }
     }
@@ -105,6 +109,8 @@ final class Workspace {
     final float[] ffnOut;
     /** {@code null} unless the shape asks for it. */
     final float[] up;
+    /** {@code null} unless the shape asks for it. */
+    final float[] quantized;
     /**
      * {@code null} unless the shape asks for it. Over a {@code byte[]}, so that formats' encoded dot products index
      * the array ({@link dev.prefill4j.api.spi.Blocks#heapBytes}).
@@ -121,6 +127,7 @@ final class Workspace {
         this.gate = new float[n * Math.max(s.hidden(), Math.max(s.dim(), s.qDim()))];
         this.ffnOut = s.blocked() ? new float[n * s.dim()] : null;
         this.up = s.up() ? new float[n * s.ffnDim()] : null;
+        this.quantized = s.quantizedPerRow() > 0 ? new float[n * s.quantizedPerRow()] : null;
         this.encoded = s.encodedRowBytes() > 0
                 ? MemorySegment.ofArray(new byte[Math.toIntExact(n * s.encodedRowBytes())]) : null;
     }
