@@ -15,9 +15,9 @@ public final class ApiVersion {
     /**
      * The contract version of this core-api build (1.1: {@code Quantizer.dotPrepared} and its two companions; 1.2:
      * {@code Quantizer.dotPreparedRows}; 1.3: {@code ComputeDevice.feedForward} and {@code feedForwardBlock}; 1.4:
-     * {@code Quantizer.dotEncodedRows}).
+     * {@code Quantizer.dotEncodedRows}; 1.5: {@code Quantizer.encodedDotIsExact}).
      */
-    public static final String CURRENT = "1.4";
+    public static final String CURRENT = "1.5";
 
     private ApiVersion() {
     }

@@ -602,14 +602,20 @@ public final class Session implements AutoCloseable {
     /**
      * Projections of one input: {@code outs[i] = x * ws[i]}. With quantized activations each input row is first
      * encoded in the weights' activation format (once per format, not once per matrix, so Q/K/V and gate/up share
-     * it); formats with an integer dot product take it encoded ({@link ComputeDevice#matmulEncoded}), the others get
-     * it decoded back to floats and accumulate exactly ({@link ComputeDevice#matmulExact}): both numerically what
-     * llama.cpp's integer dot products compute. Per-token activations (BitNet b1.58's rounding, {@link
-     * SessionOptions.Activations#PER_TOKEN}) of more than one row, a prompt's, go decoded to the float GEMM ({@link
-     * ComputeDevice#matmul}): the same rounded activations times the same weights, the sums in float instead of exact
-     * integers, at the GEMM's speed. Through the integer products a prompt ran at 39-86 tok/s (pp512, 1B TQ2_0 file,
-     * Zen 5 VM; 22-106 in a four-row form C2 compiled unevenly), through the GEMM at 126-150, about the float mode's
-     * speed; decode steps keep the integer products, faster than the float dots there (tg64 38-47 against 29-33).
+     * it). A decode step's row, and a prompt's rows before formats whose integer products are not exact ({@link
+     * Quantizer#encodedDotIsExact()}: K-quants and ternary formats, whose Q8_K activation scale is a float32), go
+     * encoded to the integer products ({@link ComputeDevice#matmulEncoded}); otherwise the rows are decoded back to
+     * floats ({@link #decodesPrompts}). Formats without an integer dot product, and a prompt's rows before a format
+     * whose integer products are exact (Q4_0, Q8_0), then accumulate exactly ({@link ComputeDevice#matmulExact}, a
+     * GEMM in double on the CPU device): numerically the integer products, up to double rounding, so a prompt's
+     * logits do not depend on how it is split into chunks. Prompts of the 1B Q4_0 and Q8_0 files ran at 25-28 tok/s
+     * (pp512, Zen 5 VM) through the integer products and at about 80 through the exact GEMM. Per-token activations
+     * (BitNet b1.58's rounding, {@link SessionOptions.Activations#PER_TOKEN}) of more than one row, a prompt's, go
+     * decoded to the float GEMM ({@link ComputeDevice#matmul}): the same rounded activations times the same weights,
+     * the sums in float instead of exact integers, at the GEMM's speed. Through the integer products a prompt ran at
+     * 39-86 tok/s (pp512, 1B TQ2_0 file, Zen 5 VM; 22-106 in a four-row form C2 compiled unevenly), through the GEMM
+     * at 126-150, about the float mode's speed; decode steps keep the integer products, faster than the float dots
+     * there (tg64 38-47 against 29-33).
      */
     private void project(float[] x, int rows, WeightMatrix[] ws, float[]... outs) {
         Quantizer encodedAs = null;
@@ -636,8 +642,7 @@ public final class Session implements AutoCloseable {
                 tock("activation_encode", t);
                 t = tick();
             }
-            boolean perTokenPrompt = rows > 1 && perToken(w.format(), act);
-            if (w.format().hasEncodedDot() && !perTokenPrompt) {
+            if (rows == 1 ? w.format().hasEncodedDot() : !decodesPrompts(w.format(), act)) {
                 device.matmulEncoded(w, encoded, rowBytes, rows, outs[i]);
             } else {
                 if (!decoded) {
@@ -648,7 +653,7 @@ public final class Session implements AutoCloseable {
                     tock("activation_encode", t);
                     t = tick();
                 }
-                if (perTokenPrompt) {
+                if (rows > 1 && perToken(w.format(), act)) {
                     device.matmul(w, quantized, rows, outs[i]);
                 } else {
                     device.matmulExact(w, quantized, rows, outs[i]);
@@ -660,8 +665,19 @@ public final class Session implements AutoCloseable {
         }
     }
 
+    /**
+     * {@return whether a prompt's rows (more than one) rounded to {@code act} reach {@code weights} decoded to floats}
+     * rather than encoded ({@link #project}): where {@code weights} has no integer dot product, where {@code act} is
+     * its per-token format (the float GEMM), and where its integer products are exact, so that {@link
+     * ComputeDevice#matmulExact} over the decoded rows computes them.
+     */
+    static boolean decodesPrompts(Quantizer weights, Quantizer act) {
+        return !weights.hasEncodedDot() || perToken(weights, act)
+                || weights.encodedDotIsExact() && act.id().equals(weights.activationFormat());
+    }
+
     /** {@return whether {@code act} is the per-token activation format of {@code weights}} (BitNet's rounding) */
-    static boolean perToken(Quantizer weights, Quantizer act) {
+    private static boolean perToken(Quantizer weights, Quantizer act) {
         return act.id().equals(weights.tokenActivationFormat());
     }
 

@@ -41,8 +41,8 @@ final class Workspace {
         /**
          * {@return the buffers a session of {@code rows} token rows needs} Only quantized activations write the up
          * projection out (float32 ones get SwiGLU in the GEMM's epilogue, and may run the FFN in blocks of hidden
-         * columns), decode rows for formats without an encoded dot product and for per-token ones, and keep rows
-         * encoded.
+         * columns), decode rows where {@link Session#decodesPrompts} says a prompt's rows go decoded, and keep
+         * rows encoded.
          *
          * @param c                 the model's geometry
          * @param rows              token rows (a prefill chunk at most)
@@ -52,9 +52,8 @@ final class Workspace {
          */
         static Shape of(LlamaConfig c, int rows, Map<Quantizer, Quantizer> activationFormats, int hidden) {
             int widest = Math.max(Math.max(c.dim(), c.qDim()), c.ffnDim());
-            // Per-token activations are decoded for a prompt's float GEMM (Session.project).
-            boolean decodes = activationFormats.entrySet().stream().anyMatch(e -> !e.getKey().hasEncodedDot()
-                    || Session.perToken(e.getKey(), e.getValue()));
+            boolean decodes = activationFormats.entrySet().stream()
+                    .anyMatch(e -> Session.decodesPrompts(e.getKey(), e.getValue()));
             long rowBytes = activationFormats.values().stream()
                     .mapToLong(q -> (widest + q.blockSize() - 1L) / q.blockSize() * q.blockBytes()).max().orElse(0);
             boolean up = !activationFormats.isEmpty();

@@ -199,6 +199,36 @@ class RealModelTest {
     }
 
     /**
+     * In {@code quantized} mode a prompt's rows before Q4_0 and Q8_0 weights go to the exact GEMM (sums in double)
+     * and a one-token chunk's to the integer dot products (exact block sums, blocks added in double): the same
+     * numbers up to double rounding, so a prompt of about 60 tokens gives the same logits whole as token by token.
+     * Bound 1e-5: an int8 rounding in a later projection that the two paths put on different sides of a tie moves
+     * logits by about 1e-2 (measured 1.4e-2 on tiny-256-Q4_0 while the integer products added their blocks in float
+     * lanes, as llama.cpp's x86 kernels do).
+     */
+    @ParameterizedTest
+    @ValueSource(strings = {"tiny-256-Q4_0", "tiny-256-Q8_0", "stories260K-Q4_0"})
+    void quantizedPromptLogitsDoNotDependOnTheChunks(String name) {
+        try (LlamaModel m = engine.load(Models.require(name + ".gguf"))) {
+            int[] ids = m.tokenizer().encode("Once upon a time there was a little girl who lived near the forest. Every "
+                    + "day she walked to the river to fetch water, and every day she sang to the birds in the trees.");
+            assertTrue(ids.length >= 40, name + ": the prompt should be long; it has " + ids.length + " tokens");
+            SessionOptions o = SessionOptions.defaults().withKvType(KVElementType.F32)
+                    .withActivations(SessionOptions.Activations.QUANTIZED);
+            float[] whole;
+            try (Session s = engine.newSession(m, o.withChunkSize(ids.length))) {
+                whole = s.prefill(ids, true);
+            }
+            float[] tokenByToken;
+            try (Session s = engine.newSession(m, o.withChunkSize(1))) {
+                tokenByToken = s.prefill(ids, true);
+            }
+            double d = Models.maxAbsDiff(whole, tokenByToken);
+            assertTrue(d <= 1e-5, name + ": " + ids.length + " tokens whole and token by token differ by " + d);
+        }
+    }
+
+    /**
      * BitNet b1.58's per-token int8 activations before the ternary weights (integer dot products over the codes)
      * against the FP64 forward pass that rounds the same activations the same way (the Q4_K embedding and Q6_K output
      * keep float32 activations in both). Measured: 2.1e-3 for both files, from int8 roundings that float32 and FP64

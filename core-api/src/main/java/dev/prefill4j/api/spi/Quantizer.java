@@ -202,6 +202,24 @@ public interface Quantizer extends Plugin {
     }
 
     /**
+     * {@return whether {@link #dotEncoded} with activations in {@link #activationFormat()} is the exact dot product of
+     * the decoded weights and decoded activations, up to double rounding}: both formats' decoders are exact in float
+     * (a level times a scale that fit 24 bits together, as Q8_0's int8 code times its fp16 scale), each block's integer
+     * sum is exact and the blocks are added in double. Any order of summation in double then gives the same float
+     * after rounding, except within a few double ulps of a rounding boundary, so the engine may compute a product of
+     * many activation rows as {@link ComputeDevice#matmulExact} over the decoded rows (a GEMM in double, on the CPU
+     * device) and a decode step as {@link #dotEncoded}, and a prompt gives the same logits whatever its chunks. The
+     * test kit checks the claim against FP64 to {@code 2^-40} of the products' magnitude. The default is {@code
+     * false}: formats whose activation scale is a float32 (Q8_K), or that add blocks in float lanes.
+     *
+     * @since 1.5
+     */
+    @Api.Experimental
+    default boolean encodedDotIsExact() {
+        return false;
+    }
+
+    /**
      * The dot product of {@code count} weights with {@code count} activations encoded in the format named by
      * {@link #activationFormat()} (or by {@link #tokenActivationFormat()}, which has its layout): {@code sum(decode(src)[i] * decodeActivations(act)[i])}. Within a block the
      * products of the integer codes are summed exactly; each block's integer sum is multiplied by its two scales and

@@ -45,7 +45,12 @@ import java.util.SplittableRandom;
  *       decoded weights and the decoded activations within {@link #ENCODED} {@code * sum|w*x|}, for its activation
  *       format and its per-token one (they must be on the test path, found by {@link ServiceLoader});
  *       {@code dotEncodedRows} gives each product of a tile of 11 weight rows and 6 activation rows the bits of
- *       {@code dotEncoded}.</li>
+ *       {@code dotEncoded};</li>
+ *   <li>for a format whose {@link Quantizer#encodedDotIsExact()} is {@code true}: {@code dotEncoded} with its
+ *       activation format within {@link #EXACT} {@code * sum|w*x|} of that FP64 dot, and {@code matmulExact} over
+ *       the decoded activations (many rows, on every backend) within {@link #EXACT} of {@code matmulEncoded}'s
+ *       products, before each is rounded to float: what lets the engine run a prompt through the one and its decode
+ *       steps through the other.</li>
  * </ol>
  */
 public final class QuantizerTestKit {
@@ -66,6 +71,13 @@ public final class QuantizerTestKit {
      * scale moves the result by about one product, far above this.
      */
     public static final double ENCODED = 0x1p-18;
+
+    /**
+     * Relative bound of an encoded dot product that claims {@link Quantizer#encodedDotIsExact()}: the sum of a few
+     * hundred terms, each exact in double, rounded in double at each addition (about {@code n * 2^-53}). Blocks added
+     * in float lanes are off by about {@code 2^-24}, and a decoder that rounds by as much; both fail it.
+     */
+    public static final double EXACT = 0x1p-40;
 
     private QuantizerTestKit() {
     }
@@ -159,6 +171,12 @@ public final class QuantizerTestKit {
         double got = q.dotEncoded(enc, 0, xEnc, at, n);
         check(Math.abs(got - ref.sum()) <= ENCODED * ref.magnitude() + 1e-30, q, "dotEncoded = " + got
                 + ", FP64 over the decoded " + act.id() + " activations = " + ref.sum());
+        boolean exact = q.encodedDotIsExact() && act.id().equals(q.activationFormat());
+        if (exact) {
+            check(Math.abs(got - ref.sum()) <= EXACT * ref.magnitude() + 1e-300, q, "encodedDotIsExact, but dotEncoded = "
+                    + got + " is " + Math.abs(got - ref.sum()) / ref.magnitude() + " of sum|w*x| from FP64 over the decoded "
+                    + act.id() + " activations (" + ref.sum() + ")");
+        }
         // The same activations in a heap segment, as the engine hands them over (a format may read those through
         // their array, Blocks.heapBytes); a slice 3 bytes into its array, so an offset taken from the array's start
         // instead of the segment's fails.
@@ -167,6 +185,10 @@ public final class QuantizerTestKit {
         double fromHeap = q.dotEncoded(enc, 0, heap, at, n);
         check(Math.abs(fromHeap - ref.sum()) <= ENCODED * ref.magnitude() + 1e-30, q, "dotEncoded over heap-backed "
                 + act.id() + " activations = " + fromHeap + ", FP64 = " + ref.sum());
+        if (exact) {
+            check(Math.abs(fromHeap - ref.sum()) <= EXACT * ref.magnitude() + 1e-300, q, "encodedDotIsExact, but "
+                    + "dotEncoded over heap-backed activations = " + fromHeap + ", FP64 = " + ref.sum());
+        }
         // dotEncodedRows, over either segment: a tile of eleven weight rows (the first this one) and six activation
         // rows (the first these; kernels that group activation rows: a group of four, then two alone), each product
         // the bits of (float) dotEncoded, and nothing else written.
@@ -372,6 +394,9 @@ public final class QuantizerTestKit {
                 }
                 for (Quantizer act : encodedActivationFormats(q)) {
                     encodedGemm(q, act, device, backend.id(), seed);
+                    if (q.encodedDotIsExact() && act.id().equals(q.activationFormat())) {
+                        exactGemmAgreesWithEncoded(q, act, device, backend.id(), seed);
+                    }
                 }
             }
             ran.add(backend.id());
@@ -424,6 +449,44 @@ public final class QuantizerTestKit {
                     }
                 }
             }
+        }
+    }
+
+    /**
+     * For a format with {@link Quantizer#encodedDotIsExact()}: {@code matmulExact} over the decoded activations gives
+     * every output the bits {@code matmulEncoded} gives it (13 activation rows times 64 outputs, so that a GEMM of
+     * six-row groups and a leftover row is what runs on the CPU backend). Both are the exact products rounded to
+     * float after sums in double; they could differ only where an exact value lies within a few double ulps of a
+     * float rounding boundary, which these fixed rows do not meet. Blocks added in float lanes fail it.
+     */
+    static void exactGemmAgreesWithEncoded(Quantizer q, Quantizer act, ComputeDevice device, String backend, long seed) {
+        int out = 64;
+        int rows = 13;
+        int k = encodedLength(q, act, 1024);
+        float[] w = data(out * k, seed + 300);
+        long rowBytes = q.byteSize(k);
+        MemorySegment enc = Arena.ofAuto().allocate(out * rowBytes);
+        for (int o = 0; o < out; o++) {
+            q.encode(w, o * k, k, enc, o * rowBytes);
+        }
+        float[] x = data(rows * k, seed + 301);
+        long actRow = act.byteSize(k);
+        byte[] codes = new byte[Math.toIntExact(rows * actRow)];
+        MemorySegment heap = MemorySegment.ofArray(codes);
+        float[] xd = new float[rows * k];
+        for (int r = 0; r < rows; r++) {
+            act.encode(x, r * k, k, heap, r * actRow);
+            act.decode(heap, r * actRow, xd, r * k, k);
+        }
+        WeightMatrix m = new WeightMatrix("kit", q, enc, out, k);
+        float[] encoded = new float[rows * out];
+        float[] exact = new float[rows * out];
+        device.matmulEncoded(m, heap, actRow, rows, encoded);
+        device.matmulExact(m, xd, rows, exact);
+        for (int i = 0; i < encoded.length; i++) {
+            check(Float.floatToIntBits(encoded[i]) == Float.floatToIntBits(exact[i]), q, "encodedDotIsExact, but on "
+                    + "backend '" + backend + "' matmulExact over the decoded " + act.id() + " activations gives row "
+                    + i / out + " output " + i % out + " " + exact[i] + " where matmulEncoded gives " + encoded[i]);
         }
     }
 

@@ -7,6 +7,7 @@ import java.lang.foreign.MemorySegment;
 import java.nio.ByteOrder;
 import java.util.OptionalInt;
 import jdk.incubator.vector.ByteVector;
+import jdk.incubator.vector.DoubleVector;
 import jdk.incubator.vector.FloatVector;
 import jdk.incubator.vector.IntVector;
 import jdk.incubator.vector.ShortVector;
@@ -29,7 +30,9 @@ public final class Q8_0Quantizer implements Quantizer {
     private static final VectorSpecies<Short> SHORTS =
             FloatVector.SPECIES_PREFERRED.vectorBitSize() >= 256 ? ShortVector.SPECIES_256 : null;
     private static final VectorSpecies<Byte> BYTES_128 = ByteVector.SPECIES_128;
-    private static final VectorSpecies<Float> FLOATS_256 = FloatVector.SPECIES_256;
+    /** Doubles {@link #dotInt16} widens eight int lanes of sums to: all eight with 512-bit vectors, else four a part. */
+    private static final VectorSpecies<Double> DOUBLES =
+            FloatVector.SPECIES_PREFERRED.vectorBitSize() >= 512 ? DoubleVector.SPECIES_512 : DoubleVector.SPECIES_256;
     /**
      * Bytes in vectors with as many lanes as {@link FusedDot#FLOATS}, or 8 with 4 float lanes (the narrowest byte
      * vector; the widening takes the first 4, and {@link #dot} reads a staged copy with slack at 4 lanes).
@@ -272,9 +275,19 @@ public final class Q8_0Quantizer implements Quantizer {
     }
 
     /**
-     * {@code sum_blocks d_w * d_x * sum(q * x)} over {@code q8_0-activations} blocks, each block's integer sum exact.
-     * With activations in a heap segment ({@link Blocks#heapBytes}) and 256-bit vectors, {@link #dotInt16} (blocks
-     * added in float lanes, as llama.cpp's x86 dot adds them); otherwise the same integers in scalar code, in double.
+     * True: an int8 weight or code times an fp16 scale is exact in float, each block's integer sum is exact, and
+     * {@link #dotEncoded} adds the blocks in double.
+     */
+    @Override
+    public boolean encodedDotIsExact() {
+        return true;
+    }
+
+    /**
+     * {@code sum_blocks d_w * d_x * sum(q * x)} over {@code q8_0-activations} blocks, each block's integer sum exact
+     * and scaled by the product of the two fp16 scales (exact), the blocks added in double ({@link
+     * #encodedDotIsExact}). With activations in a heap segment ({@link Blocks#heapBytes}) and 256-bit vectors, {@link
+     * #dotInt16}; otherwise the same integers in scalar code.
      */
     @Override
     public double dotEncoded(MemorySegment src, long offset, MemorySegment act, long actOffset, int count) {
@@ -303,18 +316,22 @@ public final class Q8_0Quantizer implements Quantizer {
      * int16 lanes times the activations' (products at most 128 * 127, two added per lane: below 2^15 since activation
      * codes stay within [-127, 127]); each int lane then adds its two int16 halves, both sign-extended first ({@code
      * ((v << 16) >> 16) + (v >> 16)}: their sum can pass 2^15, where Q4_0's cheaper {@code (v + (v << 16)) >> 16}
-     * would wrap), is converted to float and accumulated times {@code d_w * d_x}.
+     * would wrap), is widened to double and accumulated times {@code d_w * d_x} (each term exact in double; until
+     * 2026-12-05 the terms were added in float lanes, as llama.cpp's x86 dot adds them).
      */
-    private static float dotInt16(MemorySegment row, byte[] a, int at, int blocks) {
+    private static double dotInt16(MemorySegment row, byte[] a, int at, int blocks) {
         var s = SHORTS;
-        FloatVector acc0 = FloatVector.zero(FLOATS_256);
-        FloatVector acc1 = acc0;
+        var dv = DOUBLES;
+        DoubleVector acc0 = DoubleVector.zero(dv);
+        DoubleVector acc1 = acc0;
+        DoubleVector acc2 = acc0; // the upper halves' sums where a double vector holds four lanes (AVX2)
+        DoubleVector acc3 = acc0;
         int pairs = blocks / 2;
         for (int p = 0; p < pairs; p++) {
             long o = (long) p * 2 * BLOCK_BYTES;
             int x = at + p * 2 * BLOCK_BYTES;
-            float d0 = Blocks.fp16(row, o) * Blocks.fp16(a, x);
-            float d1 = Blocks.fp16(row, o + BLOCK_BYTES) * Blocks.fp16(a, x + BLOCK_BYTES);
+            double d0 = Blocks.fp16(row, o) * Blocks.fp16(a, x);
+            double d1 = Blocks.fp16(row, o + BLOCK_BYTES) * Blocks.fp16(a, x + BLOCK_BYTES);
             IntVector v0 = ((ShortVector) ByteVector.fromMemorySegment(BYTES_128, row, o + 2, ByteOrder.LITTLE_ENDIAN)
                     .convertShape(VectorOperators.B2S, s, 0))
                     .mul((ShortVector) ByteVector.fromArray(BYTES_128, a, x + 2).convertShape(VectorOperators.B2S, s, 0))
@@ -322,8 +339,10 @@ public final class Q8_0Quantizer implements Quantizer {
                             .convertShape(VectorOperators.B2S, s, 0))
                             .mul((ShortVector) ByteVector.fromArray(BYTES_128, a, x + 18)
                                     .convertShape(VectorOperators.B2S, s, 0))).reinterpretAsInts();
-            acc0 = ((FloatVector) v0.lanewise(VectorOperators.LSHL, 16).lanewise(VectorOperators.ASHR, 16).add(v0.lanewise(VectorOperators.ASHR, 16))
-                    .convert(VectorOperators.I2F, 0)).fma(FloatVector.broadcast(FLOATS_256, d0), acc0);
+            IntVector sum0 = v0.lanewise(VectorOperators.LSHL, 16).lanewise(VectorOperators.ASHR, 16)
+                    .add(v0.lanewise(VectorOperators.ASHR, 16));
+            DoubleVector s0 = DoubleVector.broadcast(dv, d0);
+            acc0 = ((DoubleVector) sum0.convertShape(VectorOperators.I2D, dv, 0)).fma(s0, acc0);
             long o1 = o + BLOCK_BYTES;
             int x1 = x + BLOCK_BYTES;
             IntVector v1 = ((ShortVector) ByteVector.fromMemorySegment(BYTES_128, row, o1 + 2, ByteOrder.LITTLE_ENDIAN)
@@ -333,10 +352,16 @@ public final class Q8_0Quantizer implements Quantizer {
                             .convertShape(VectorOperators.B2S, s, 0))
                             .mul((ShortVector) ByteVector.fromArray(BYTES_128, a, x1 + 18)
                                     .convertShape(VectorOperators.B2S, s, 0))).reinterpretAsInts();
-            acc1 = ((FloatVector) v1.lanewise(VectorOperators.LSHL, 16).lanewise(VectorOperators.ASHR, 16).add(v1.lanewise(VectorOperators.ASHR, 16))
-                    .convert(VectorOperators.I2F, 0)).fma(FloatVector.broadcast(FLOATS_256, d1), acc1);
+            IntVector sum1 = v1.lanewise(VectorOperators.LSHL, 16).lanewise(VectorOperators.ASHR, 16)
+                    .add(v1.lanewise(VectorOperators.ASHR, 16));
+            DoubleVector s1 = DoubleVector.broadcast(dv, d1);
+            acc1 = ((DoubleVector) sum1.convertShape(VectorOperators.I2D, dv, 0)).fma(s1, acc1);
+            if (dv.length() == 4) {
+                acc2 = ((DoubleVector) sum0.convertShape(VectorOperators.I2D, dv, 1)).fma(s0, acc2);
+                acc3 = ((DoubleVector) sum1.convertShape(VectorOperators.I2D, dv, 1)).fma(s1, acc3);
+            }
         }
-        float last = 0;
+        double last = 0;
         if (blocks % 2 != 0) { // an odd last block in scalar code
             long o = (long) (blocks - 1) * BLOCK_BYTES;
             int x = at + (blocks - 1) * BLOCK_BYTES;
@@ -344,8 +369,13 @@ public final class Q8_0Quantizer implements Quantizer {
             for (int j = 0; j < QK; j++) {
                 isum += row.get(Blocks.I8, o + 2 + j) * a[x + 2 + j];
             }
-            last = Blocks.fp16(row, o) * Blocks.fp16(a, x) * isum;
+            last = (double) (Blocks.fp16(row, o) * Blocks.fp16(a, x)) * isum;
         }
-        return FusedDot.sum256(acc0.add(acc1)) + last;
+        // The lanes in a fixed tree, written out: a helper taking the vector could stay a call and box it.
+        DoubleVector t = acc0.add(acc1).add(acc2.add(acc3));
+        double sum = dv.length() == 8
+                ? ((t.lane(0) + t.lane(4)) + (t.lane(2) + t.lane(6))) + ((t.lane(1) + t.lane(5)) + (t.lane(3) + t.lane(7)))
+                : (t.lane(0) + t.lane(2)) + (t.lane(1) + t.lane(3));
+        return sum + last;
     }
 }

@@ -272,7 +272,8 @@ class FormatsTest {
     /**
      * The plugin kit on Q8_0: round trip, dot, and the encoded dot product over {@code q8_0-activations} (native and
      * heap-backed) against FP64. Tolerances: half a level (d = max/127) plus the fp16 rounding of d (up to 2^-11 of
-     * max at level 127). No backend is on this module's test path, so the kit's GEMM check runs in the tests module.
+     * max at level 127). No backend is on this module's test path, so the kit's GEMM checks run in the tests module
+     * (BuiltInFormatsKitTest).
      */
     @Test
     void q8_0PassesTheKit() {

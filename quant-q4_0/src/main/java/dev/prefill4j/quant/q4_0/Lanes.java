@@ -33,19 +33,4 @@ final class Lanes {
         return v.add(v.rearrange(X1)).lane(0);
     }
 
-    private static final VectorShuffle<Float> H4 = VectorShuffle.fromOp(FloatVector.SPECIES_256, i -> i ^ 4);
-    private static final VectorShuffle<Float> H2 = VectorShuffle.fromOp(FloatVector.SPECIES_256, i -> i ^ 2);
-    private static final VectorShuffle<Float> H1 = VectorShuffle.fromOp(FloatVector.SPECIES_256, i -> i ^ 1);
-
-    /**
-     * {@return the sum of the 8 lanes of a 256-bit {@code v}} by the same kind of fixed tree, for the encoded dot
-     * products' accumulators: {@code reduceLanes}' order differed between interpreted and compiled code, and two runs
-     * of one model gave logits a bit apart.
-     */
-    static float sum256(FloatVector v) {
-        v = v.add(v.rearrange(H4));
-        v = v.add(v.rearrange(H2));
-        return v.add(v.rearrange(H1)).lane(0);
-    }
-
 }

@@ -8,6 +8,7 @@ import java.nio.ByteOrder;
 import java.util.OptionalInt;
 import java.util.stream.IntStream;
 import jdk.incubator.vector.ByteVector;
+import jdk.incubator.vector.DoubleVector;
 import jdk.incubator.vector.FloatVector;
 import jdk.incubator.vector.IntVector;
 import jdk.incubator.vector.ShortVector;
@@ -39,7 +40,12 @@ public final class Q4_0Quantizer implements Quantizer {
     static final VectorSpecies<Short> SHORTS =
             FloatVector.SPECIES_PREFERRED.vectorBitSize() >= 256 ? ShortVector.SPECIES_256 : null;
     static final VectorSpecies<Byte> BYTES_128 = ByteVector.SPECIES_128;
-    static final VectorSpecies<Float> FLOATS_256 = FloatVector.SPECIES_256;
+    /**
+     * Doubles that {@link #dotInt16} widens a block's eight int lanes of sums to: all eight in one vector with 512-bit
+     * vectors, else four a part.
+     */
+    static final VectorSpecies<Double> DOUBLES =
+            FloatVector.SPECIES_PREFERRED.vectorBitSize() >= 512 ? DoubleVector.SPECIES_512 : DoubleVector.SPECIES_256;
     /** Bytes of a {@code q8_0-activations} block: fp16 {@code d}, then 32 int8 codes. */
     static final int ACT_BYTES = 34;
     static final int QK = 32;
@@ -552,10 +558,20 @@ public final class Q4_0Quantizer implements Quantizer {
     }
 
     /**
-     * {@code sum_blocks d_w * d_x * sum((q - 8) * x)} over {@code q8_0-activations} blocks, as llama.cpp's x86 dot
-     * computes it: each block's integer sum exact, times the product of the two fp16 scales (exact in float), added in
-     * float lanes. Activations in a heap segment ({@link Blocks#heapBytes}) with 256-bit vectors take the vector form
-     * ({@link #dotInt16}); others the scalar form, the same integers added in double.
+     * True: a level {@code q - 8} times an fp16 scale and an int8 code times an fp16 scale are exact in float, each
+     * block's integer sum is exact, and {@link #dotEncoded} adds the blocks in double.
+     */
+    @Override
+    public boolean encodedDotIsExact() {
+        return true;
+    }
+
+    /**
+     * {@code sum_blocks d_w * d_x * sum((q - 8) * x)} over {@code q8_0-activations} blocks: each block's integer sum
+     * exact, times the product of the two fp16 scales (exact in float), the blocks added in double, so the result is
+     * the exact dot product of the decoded values up to double rounding ({@link #encodedDotIsExact}). Activations in
+     * a heap segment ({@link Blocks#heapBytes}) with 256-bit vectors take the vector form ({@link #dotInt16}); others
+     * the scalar form.
      */
     @Override
     public double dotEncoded(MemorySegment src, long offset, MemorySegment act, long actOffset, int count) {
@@ -584,31 +600,34 @@ public final class Q4_0Quantizer implements Quantizer {
      * The vector form of {@link #dotEncoded}, two blocks an iteration. A block's 16 bytes widen to 16 int16 lanes; the
      * low and high nibbles less 8 times the 32 int8 codes (widened likewise) are int16 products of at most 8 * 128 in
      * magnitude, two added per lane; each int lane then adds its two int16 halves ({@code (v + (v << 16)) >> 16}:
-     * exact, the sum is below 2^15), is converted to float and accumulated times {@code d_w * d_x}. The API has no
-     * {@code vpmaddwd}/{@code vpmaddubsw}, but int16 lanes do 16 products an instruction where float lanes do 8. One
-     * thread on a Zen 3 VM (AVX2), 2,048-element rows, this dot through {@link #dotEncoded} ran at 0.93-1.08x the float
-     * {@link #dotPrepared} (four in-process rounds); a form reading the codes and float scales from arrays of their
-     * own (not from 34-byte blocks with an fp16 scale) at 1.22-1.37x this one, and activations read through a native
-     * segment instead of an array at 0.75x.
+     * exact, the sum is below 2^15), is widened to double and accumulated times {@code d_w * d_x} (each term exact in
+     * double), so only the additions of terms round, in double. The API has no {@code vpmaddwd}/{@code vpmaddubsw},
+     * but int16 lanes do 16 products an instruction where float lanes do 8. Until 2026-12-05 the terms were added in
+     * float lanes, as llama.cpp's x86 dot adds them; in double, prompts can take the exact GEMM and still agree with
+     * decode steps ({@link #encodedDotIsExact}), at the same speed on AVX-512 (docs/performance-notes.md, Kernels).
      */
-    private static float dotInt16(MemorySegment row, byte[] a, int at, int blocks) {
+    private static double dotInt16(MemorySegment row, byte[] a, int at, int blocks) {
         var s = SHORTS;
-        FloatVector acc0 = FloatVector.zero(FLOATS_256);
-        FloatVector acc1 = acc0;
+        var dv = DOUBLES;
+        DoubleVector acc0 = DoubleVector.zero(dv);
+        DoubleVector acc1 = acc0;
+        DoubleVector acc2 = acc0; // the upper halves' sums where a double vector holds four lanes (AVX2)
+        DoubleVector acc3 = acc0;
         int pairs = blocks / 2;
         for (int p = 0; p < pairs; p++) {
             long o = (long) p * 2 * BYTES;
             int x = at + p * 2 * ACT_BYTES;
-            float d0 = Blocks.fp16(row, o) * Blocks.fp16(a, x);
-            float d1 = Blocks.fp16(row, o + BYTES) * Blocks.fp16(a, x + ACT_BYTES);
+            double d0 = Blocks.fp16(row, o) * Blocks.fp16(a, x);
+            double d1 = Blocks.fp16(row, o + BYTES) * Blocks.fp16(a, x + ACT_BYTES);
             ShortVector w0 = (ShortVector) ByteVector.fromMemorySegment(BYTES_128, row, o + 2, LE)
                     .convertShape(VectorOperators.ZERO_EXTEND_B2S, s, 0);
             ShortVector lo0 = (ShortVector) ByteVector.fromArray(BYTES_128, a, x + 2).convertShape(VectorOperators.B2S, s, 0);
             ShortVector hi0 = (ShortVector) ByteVector.fromArray(BYTES_128, a, x + 18).convertShape(VectorOperators.B2S, s, 0);
             IntVector v0 = w0.and((short) 0x0F).sub((short) 8).mul(lo0)
                     .add(w0.lanewise(VectorOperators.LSHR, 4).sub((short) 8).mul(hi0)).reinterpretAsInts();
-            acc0 = ((FloatVector) v0.add(v0.lanewise(VectorOperators.LSHL, 16)).lanewise(VectorOperators.ASHR, 16)
-                    .convert(VectorOperators.I2F, 0)).fma(FloatVector.broadcast(FLOATS_256, d0), acc0);
+            IntVector sum0 = v0.add(v0.lanewise(VectorOperators.LSHL, 16)).lanewise(VectorOperators.ASHR, 16);
+            DoubleVector s0 = DoubleVector.broadcast(dv, d0);
+            acc0 = ((DoubleVector) sum0.convertShape(VectorOperators.I2D, dv, 0)).fma(s0, acc0);
             ShortVector w1 = (ShortVector) ByteVector.fromMemorySegment(BYTES_128, row, o + BYTES + 2, LE)
                     .convertShape(VectorOperators.ZERO_EXTEND_B2S, s, 0);
             ShortVector lo1 = (ShortVector) ByteVector.fromArray(BYTES_128, a, x + ACT_BYTES + 2)
@@ -617,10 +636,15 @@ public final class Q4_0Quantizer implements Quantizer {
                     .convertShape(VectorOperators.B2S, s, 0);
             IntVector v1 = w1.and((short) 0x0F).sub((short) 8).mul(lo1)
                     .add(w1.lanewise(VectorOperators.LSHR, 4).sub((short) 8).mul(hi1)).reinterpretAsInts();
-            acc1 = ((FloatVector) v1.add(v1.lanewise(VectorOperators.LSHL, 16)).lanewise(VectorOperators.ASHR, 16)
-                    .convert(VectorOperators.I2F, 0)).fma(FloatVector.broadcast(FLOATS_256, d1), acc1);
+            IntVector sum1 = v1.add(v1.lanewise(VectorOperators.LSHL, 16)).lanewise(VectorOperators.ASHR, 16);
+            DoubleVector s1 = DoubleVector.broadcast(dv, d1);
+            acc1 = ((DoubleVector) sum1.convertShape(VectorOperators.I2D, dv, 0)).fma(s1, acc1);
+            if (dv.length() == 4) {
+                acc2 = ((DoubleVector) sum0.convertShape(VectorOperators.I2D, dv, 1)).fma(s0, acc2);
+                acc3 = ((DoubleVector) sum1.convertShape(VectorOperators.I2D, dv, 1)).fma(s1, acc3);
+            }
         }
-        float last = 0;
+        double last = 0;
         if (blocks % 2 != 0) { // an odd last block in scalar code
             long o = (long) (blocks - 1) * BYTES;
             int x = at + (blocks - 1) * ACT_BYTES;
@@ -629,9 +653,14 @@ public final class Q4_0Quantizer implements Quantizer {
                 int q = Blocks.u8(row, o + 2 + j);
                 isum += ((q & 0x0F) - 8) * a[x + 2 + j] + ((q >>> 4) - 8) * a[x + 18 + j];
             }
-            last = Blocks.fp16(row, o) * Blocks.fp16(a, x) * isum;
+            last = (double) (Blocks.fp16(row, o) * Blocks.fp16(a, x)) * isum;
         }
-        return Lanes.sum256(acc0.add(acc1)) + last;
+        // The lanes in a fixed tree, written out: a helper taking the vector could stay a call and box it.
+        DoubleVector t = acc0.add(acc1).add(acc2.add(acc3));
+        double sum = dv.length() == 8
+                ? ((t.lane(0) + t.lane(4)) + (t.lane(2) + t.lane(6))) + ((t.lane(1) + t.lane(5)) + (t.lane(3) + t.lane(7)))
+                : (t.lane(0) + t.lane(2)) + (t.lane(1) + t.lane(3));
+        return sum + last;
     }
 
     /** The value of largest magnitude in a 32-element block, sign kept; the first wins ties (ggml's scan order). */
