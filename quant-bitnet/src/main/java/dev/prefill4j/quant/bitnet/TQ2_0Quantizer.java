@@ -332,7 +332,10 @@ public final class TQ2_0Quantizer extends TernaryQuantizer {
                 s = s.add(t7
                         .mul((ShortVector) ByteVector.fromArray(half, a, x + 228).convertShape(b2s, shorts, 0)));
                 IntVector w = s.reinterpretAsInts();
-                acc = ((FloatVector) w.add(w.lanewise(shl, c16)).lanewise(sra, c16).convert(i2f, 0))
+                // convertShape with the species named: convert(I2F, 0) looks the result's species up at run time,
+                // and C2's compilations of this kernel kept one vector a block boxed (80 bytes a block, measured in
+                // a workout of dotEncodedRows like KernelWorkout's; 2026-12-05).
+                acc = ((FloatVector) w.add(w.lanewise(shl, c16)).lanewise(sra, c16).convertShape(i2f, f, 0))
                         .fma(FloatVector.broadcast(f, scale), acc);
             }
             // Ternary.sum's tree written out, and the codes' loads: a helper taking or returning a vector boxes it

@@ -147,7 +147,7 @@ final class KQuants {
     /** Mins of sub-blocks 4-7: their low bits are the high nibble. */
     private static final VectorMask<Integer> HIGH_NIBBLE = VectorMask.fromLong(IntVector.SPECIES_512, 0xF000);
     /** Lanes 8-15: the mins, scaled by {@code -dmin}. */
-    private static final VectorMask<Float> MINS = VectorMask.fromLong(FloatVector.SPECIES_512, 0xFF00);
+    static final VectorMask<Float> MINS = VectorMask.fromLong(FloatVector.SPECIES_512, 0xFF00);
 
     /**
      * A Q4_K/Q5_K super-block's factors at {@code b[o..]} (staged): {@code out[j] = d * scale(j)} and

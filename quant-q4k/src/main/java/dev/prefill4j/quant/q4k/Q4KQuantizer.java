@@ -596,6 +596,153 @@ public final class Q4KQuantizer implements Quantizer {
         return sum;
     }
 
+    /**
+     * With the 16-lane packed form and activations in a heap segment, each activation row's Q8_K codes are converted
+     * to floats once for the whole tile, in {@link #prepareActivations}' masked order and scaling (a per-thread
+     * buffer, with each half's sub-block sums of the codes where {@link #dotPacked16} keeps those of the activations),
+     * and every weight row runs {@link #dotCodes16}: the same integer sums as {@link #dotEncoded}, so the same bits;
+     * otherwise one {@link #dotEncoded} a product.
+     */
+    @Override
+    public void dotEncodedRows(MemorySegment src, long offset, long stride, int rows, MemorySegment act,
+                               long actOffset, long actStride, int actRows, int count, float[] out, int outIndex,
+                               int outStride) {
+        Blocks.checkCount(count, QK, id());
+        byte[] a = Blocks.heapBytes(act);
+        if (!PACKED16 || a == null) {
+            Quantizer.super.dotEncodedRows(src, offset, stride, rows, act, actOffset, actStride, actRows, count, out,
+                    outIndex, outStride);
+            return;
+        }
+        int blocks = count / QK;
+        float[] codes = CODES.get();
+        if (codes.length < blocks * PREPARED_PER_BLOCK) {
+            codes = new float[blocks * PREPARED_PER_BLOCK];
+            CODES.set(codes);
+        }
+        for (int i = 0; i < actRows; i++) {
+            int at = Math.toIntExact(act.address() + actOffset + i * actStride);
+            for (int k = 0; k < blocks; k++) {
+                int x = at + k * Q8KQuantizer.BYTES;
+                int p = k * PREPARED_PER_BLOCK;
+                for (int h = 0; h < 2; h++) {
+                    int ph = p + 144 * h;
+                    for (int t = 0; t < 8; t++) {
+                        for (int j = 0; j < 16; j++) {
+                            codes[ph + 16 * t + j] = MASKED_SCALES[t]
+                                    * a[x + 4 + 128 * h + 32 * ((j >= 8 ? 2 : 0) + t % 2) + 4 * (j % 8) + t / 2];
+                        }
+                    }
+                    for (int j = 0; j < 8; j++) {
+                        int g = j - 4 * h; // sub-block g of the super-block sits in lane 8 + g of its half's sixteen
+                        codes[ph + 128 + j] = 0;
+                        codes[ph + 136 + j] = g >= 0 && g < 4 ? Blocks.i16(a, x + 260 + 4 * (4 * h + g))
+                                + Blocks.i16(a, x + 262 + 4 * (4 * h + g)) : 0;
+                    }
+                }
+            }
+            for (int r = 0; r < rows; r++) {
+                out[outIndex + i * outStride + r] = (float) dotCodes16(src, offset + r * stride, a, at, codes, blocks);
+            }
+        }
+    }
+
+    /** {@link #dotEncodedRows}' activation codes as floats, one buffer a thread. */
+    private static final ThreadLocal<float[]> CODES = ThreadLocal.withInitial(() -> new float[0]);
+
+    /**
+     * {@link #dotEncoded} as {@link #dotPacked16} computes its float dot, over integers: each nibble masked in place
+     * and multiplied by its activation code times {@code 2^-4s} (exact: the product is the nibble times the code), the
+     * low and the high nibbles' products of a lane added apart and each times its sub-block's 6-bit scale; the
+     * minimum term's lanes hold each sub-block's 6-bit min times its code sum. Every value is an integer below 2^22 in
+     * magnitude, so float lanes hold it exactly. At each super-block's end the scaled lanes are folded to eight (still
+     * below 2^24), the mins blended into the other eight, and both sums finished in int lanes: the two integers of
+     * {@link #dotEncoded}, scaled as there, in double, the same bits.
+     */
+    private static double dotCodes16(MemorySegment src, long offset, byte[] a, int at, float[] codes, int blocks) {
+        var f = FloatVector.SPECIES_512;
+        IntVector m0 = IntVector.broadcast(IntVector.SPECIES_512, 0xF);
+        IntVector m1 = IntVector.broadcast(IntVector.SPECIES_512, 0xF0);
+        IntVector m2 = IntVector.broadcast(IntVector.SPECIES_512, 0xF00);
+        IntVector m3 = IntVector.broadcast(IntVector.SPECIES_512, 0xF000);
+        IntVector m4 = IntVector.broadcast(IntVector.SPECIES_512, 0xF_0000);
+        IntVector m5 = IntVector.broadcast(IntVector.SPECIES_512, 0xF0_0000);
+        IntVector m6 = IntVector.broadcast(IntVector.SPECIES_512, 0xF00_0000);
+        double sum = 0;
+        for (int k = 0; k < blocks; k++) {
+            long o = offset + (long) k * BYTES;
+            int p = PREPARED_PER_BLOCK * k;
+            // Scalars first: read after the vector work, a helper's call can stay out of line past C2's node-count
+            // cutoff, with every live vector stored around it.
+            double dx = Blocks.f32(a, at + k * Q8KQuantizer.BYTES);
+            double d = Blocks.fp16(src, o);
+            double dmin = Blocks.fp16(src, o + 2);
+            FloatVector sm = KQuants.factors16((IntVector) ByteVector.fromMemorySegment(ByteVector.SPECIES_128, src, o,
+                    ByteOrder.LITTLE_ENDIAN).convertShape(VectorOperators.ZERO_EXTEND_B2I, IntVector.SPECIES_512, 0),
+                    1f, -1f);
+            IntVector v = ByteVector.fromMemorySegment(ByteVector.SPECIES_512, src, o + 16, ByteOrder.LITTLE_ENDIAN)
+                    .reinterpretAsInts();
+            FloatVector tl = ((FloatVector) v.and(m0).convertShape(VectorOperators.I2F, f, 0))
+                    .mul(FloatVector.fromArray(f, codes, p));
+            FloatVector th = ((FloatVector) v.and(m1).convertShape(VectorOperators.I2F, f, 0))
+                    .mul(FloatVector.fromArray(f, codes, p + 16));
+            tl = ((FloatVector) v.and(m2).convertShape(VectorOperators.I2F, f, 0))
+                    .fma(FloatVector.fromArray(f, codes, p + 32), tl);
+            th = ((FloatVector) v.and(m3).convertShape(VectorOperators.I2F, f, 0))
+                    .fma(FloatVector.fromArray(f, codes, p + 48), th);
+            tl = ((FloatVector) v.and(m4).convertShape(VectorOperators.I2F, f, 0))
+                    .fma(FloatVector.fromArray(f, codes, p + 64), tl);
+            th = ((FloatVector) v.and(m5).convertShape(VectorOperators.I2F, f, 0))
+                    .fma(FloatVector.fromArray(f, codes, p + 80), th);
+            tl = ((FloatVector) v.and(m6).convertShape(VectorOperators.I2F, f, 0))
+                    .fma(FloatVector.fromArray(f, codes, p + 96), tl);
+            th = ((FloatVector) v.lanewise(VectorOperators.LSHR, 28).convertShape(VectorOperators.I2F, f, 0))
+                    .fma(FloatVector.fromArray(f, codes, p + 112), th);
+            FloatVector a0 = tl.mul(sm.rearrange(LOW0));
+            FloatVector a1 = th.mul(sm.rearrange(HIGH0));
+            FloatVector mins = sm.mul(FloatVector.fromArray(f, codes, p + 128));
+            v = ByteVector.fromMemorySegment(ByteVector.SPECIES_512, src, o + 80, ByteOrder.LITTLE_ENDIAN)
+                    .reinterpretAsInts();
+            tl = ((FloatVector) v.and(m0).convertShape(VectorOperators.I2F, f, 0))
+                    .mul(FloatVector.fromArray(f, codes, p + 144));
+            th = ((FloatVector) v.and(m1).convertShape(VectorOperators.I2F, f, 0))
+                    .mul(FloatVector.fromArray(f, codes, p + 160));
+            tl = ((FloatVector) v.and(m2).convertShape(VectorOperators.I2F, f, 0))
+                    .fma(FloatVector.fromArray(f, codes, p + 176), tl);
+            th = ((FloatVector) v.and(m3).convertShape(VectorOperators.I2F, f, 0))
+                    .fma(FloatVector.fromArray(f, codes, p + 192), th);
+            tl = ((FloatVector) v.and(m4).convertShape(VectorOperators.I2F, f, 0))
+                    .fma(FloatVector.fromArray(f, codes, p + 208), tl);
+            th = ((FloatVector) v.and(m5).convertShape(VectorOperators.I2F, f, 0))
+                    .fma(FloatVector.fromArray(f, codes, p + 224), th);
+            tl = ((FloatVector) v.and(m6).convertShape(VectorOperators.I2F, f, 0))
+                    .fma(FloatVector.fromArray(f, codes, p + 240), tl);
+            th = ((FloatVector) v.lanewise(VectorOperators.LSHR, 28).convertShape(VectorOperators.I2F, f, 0))
+                    .fma(FloatVector.fromArray(f, codes, p + 256), th);
+            a0 = tl.fma(sm.rearrange(LOW1), a0);
+            a1 = th.fma(sm.rearrange(HIGH1), a1);
+            mins = sm.fma(FloatVector.fromArray(f, codes, p + 272), mins);
+            // Lane i < 8 of the fold: scaled lanes i and i + 8 (below 2^23); lanes 8-15: the mins' own lanes.
+            FloatVector scaled = a0.add(a1);
+            IntVector w = (IntVector) scaled.add(scaled.rearrange(KQuants.X8)).blend(mins, KQuants.MINS)
+                    .convertShape(VectorOperators.F2I, IntVector.SPECIES_512, 0);
+            w = w.add(w.rearrange(INT_X4));
+            w = w.add(w.rearrange(INT_X2));
+            w = w.add(w.rearrange(INT_X1));
+            sum += dx * (d * w.lane(0) - dmin * w.lane(8));
+        }
+        return sum;
+    }
+
+    /** {@link #dotCodes16}: lane permutes of a tree over each half of 16 int lanes. */
+    private static final VectorShuffle<Integer> INT_X4 = intTree(4);
+    private static final VectorShuffle<Integer> INT_X2 = intTree(2);
+    private static final VectorShuffle<Integer> INT_X1 = intTree(1);
+
+    private static VectorShuffle<Integer> intTree(int bit) {
+        return PACKED16 ? VectorShuffle.fromOp(IntVector.SPECIES_512, i -> i ^ bit) : null;
+    }
+
     @Override
     public void encode(float[] src, int srcOffset, int count, MemorySegment dst, long offset) {
         Blocks.checkCount(count, QK, id());

@@ -544,6 +544,125 @@ public final class Q6KQuantizer implements Quantizer {
         return sum;
     }
 
+    /**
+     * With the 16-lane packed form and activations in a heap segment, each activation row's Q8_K codes are converted
+     * to floats once for the whole tile, in {@link #prepareActivations}' order (a per-thread buffer), and every weight
+     * row runs {@link #dotCodes16}, the float packed dot over integers: the same integer sums as {@link #dotEncoded},
+     * so the same bits; otherwise one {@link #dotEncoded} a product.
+     */
+    @Override
+    public void dotEncodedRows(MemorySegment src, long offset, long stride, int rows, MemorySegment act,
+                               long actOffset, long actStride, int actRows, int count, float[] out, int outIndex,
+                               int outStride) {
+        Blocks.checkCount(count, QK, id());
+        byte[] a = Blocks.heapBytes(act);
+        if (!PACKED16 || a == null) {
+            Quantizer.super.dotEncodedRows(src, offset, stride, rows, act, actOffset, actStride, actRows, count, out,
+                    outIndex, outStride);
+            return;
+        }
+        int blocks = count / QK;
+        float[] codes = CODES.get();
+        if (codes.length < count) {
+            codes = new float[count];
+            CODES.set(codes);
+        }
+        for (int i = 0; i < actRows; i++) {
+            int at = Math.toIntExact(act.address() + actOffset + i * actStride);
+            for (int b = 0; b < blocks; b++) {
+                int x = at + b * Q8KQuantizer.BYTES + 4;
+                int c = b * QK;
+                for (int y0 = 0; y0 < QK; y0 += 64) {
+                    for (int t = 0; t < 4; t++) {
+                        for (int j = 0; j < 16; j++) {
+                            codes[c + y0 + 16 * t + j] = a[x + y0 + 4 * j + t];
+                        }
+                    }
+                }
+            }
+            for (int r = 0; r < rows; r++) {
+                out[outIndex + i * outStride + r] = (float) dotCodes16(src, offset + r * stride, a, at, codes, blocks);
+            }
+        }
+    }
+
+    /** {@link #dotCodes16}: lane permutes of a tree over 16 int lanes. */
+    private static final VectorShuffle<Integer> INT_X8 = intTree(8);
+    private static final VectorShuffle<Integer> INT_X4 = intTree(4);
+    private static final VectorShuffle<Integer> INT_X2 = intTree(2);
+    private static final VectorShuffle<Integer> INT_X1 = intTree(1);
+
+    private static VectorShuffle<Integer> intTree(int bit) {
+        return PACKED16 ? VectorShuffle.fromOp(IntVector.SPECIES_512, i -> i ^ bit) : null;
+    }
+
+    /** {@link #dotEncodedRows}' activation codes as floats, one buffer a thread. */
+    private static final ThreadLocal<float[]> CODES = ThreadLocal.withInitial(() -> new float[0]);
+
+    /**
+     * {@link #dotEncoded} as {@link #dotPacked16} computes its float dot: the levels joined 64 at a time in the bytes
+     * of int lanes ({@code q - 32} by the top bit flipped, sign-extended), converted to floats and multiplied by the
+     * activation codes as floats ({@code codes}, in the packed order), a lane's four products added, times its group's
+     * int8 scale as a float. Every value is an integer below 2^24 in magnitude, so float lanes hold it exactly: four
+     * products at most {@code 4 * 32 * 128}, times a scale at most 2^21, two halves and two accumulators at most 2^23
+     * a lane. At each super-block's end the lanes become ints and are added (exact in any order), and the sum is scaled
+     * by {@code d_w * d_x} and added in double as in {@link #dotEncoded}: the same bits. Against {@link #dotInt16}
+     * (16 levels a step in int16 lanes, scales and the {@code - 32} term in int lanes), the 1B Q4_0 file's Q6_K output
+     * matrix in a decode step with {@code --activations quantized}: docs/performance-notes.md, Kernels.
+     */
+    private static double dotCodes16(MemorySegment src, long offset, byte[] a, int at, float[] codes, int blocks) {
+        var f = FloatVector.SPECIES_512;
+        double sum = 0;
+        for (int k = 0; k < blocks; k++) {
+            long o = offset + (long) k * BYTES;
+            // The scales first: read after the vector work, a helper's call can stay out of line past C2's
+            // node-count cutoff, with every live vector stored around it (the ternary kernels met this).
+            double scale = (double) Blocks.fp16(src, o + 208) * Blocks.f32(a, at + k * Q8KQuantizer.BYTES);
+            FloatVector a0 = FloatVector.zero(f);
+            FloatVector a1 = a0;
+            for (int h = 0; h < 2; h++) {
+                IntVector lo = ByteVector
+                        .fromMemorySegment(ByteVector.SPECIES_512, src, o + 64 * h, ByteOrder.LITTLE_ENDIAN)
+                        .reinterpretAsInts();
+                IntVector hb = ((IntVector) ByteVector
+                        .fromMemorySegment(ByteVector.SPECIES_256, src, o + 128 + 32 * h, ByteOrder.LITTLE_ENDIAN)
+                        .reinterpretShape(IntVector.SPECIES_512, 0)).rearrange(QH_TWICE)
+                        .lanewise(VectorOperators.XOR, 0xAAAAAAAA) // the top bit of every level flipped: q ^ 32
+                        .lanewise(VectorOperators.LSHR, QH_SHIFTS);
+                FloatVector sc = (FloatVector) ByteVector
+                        .fromMemorySegment(ByteVector.SPECIES_64, src, o + 192 + 8 * h, ByteOrder.LITTLE_ENDIAN)
+                        .convertShape(VectorOperators.B2F, f, 0);
+                int y = 128 * (2 * k + h);
+                IntVector q01 = lo.and(0x0F0F0F0F).or(hb.and(0x03030303).lanewise(VectorOperators.LSHL, 4));
+                FloatVector t01 = ((FloatVector) q01.lanewise(VectorOperators.LSHL, 26).lanewise(VectorOperators.ASHR, 26)
+                        .convertShape(VectorOperators.I2F, f, 0)).mul(FloatVector.fromArray(f, codes, y));
+                t01 = ((FloatVector) q01.lanewise(VectorOperators.LSHL, 18).lanewise(VectorOperators.ASHR, 26)
+                        .convertShape(VectorOperators.I2F, f, 0)).fma(FloatVector.fromArray(f, codes, y + 16), t01);
+                t01 = ((FloatVector) q01.lanewise(VectorOperators.LSHL, 10).lanewise(VectorOperators.ASHR, 26)
+                        .convertShape(VectorOperators.I2F, f, 0)).fma(FloatVector.fromArray(f, codes, y + 32), t01);
+                t01 = ((FloatVector) q01.lanewise(VectorOperators.LSHL, 2).lanewise(VectorOperators.ASHR, 26)
+                        .convertShape(VectorOperators.I2F, f, 0)).fma(FloatVector.fromArray(f, codes, y + 48), t01);
+                a0 = t01.fma(sc.rearrange(GROUPS_0_3), a0);
+                IntVector q23 = lo.lanewise(VectorOperators.LSHR, 4).and(0x0F0F0F0F).or(hb.and(0x30303030));
+                FloatVector t23 = ((FloatVector) q23.lanewise(VectorOperators.LSHL, 26).lanewise(VectorOperators.ASHR, 26)
+                        .convertShape(VectorOperators.I2F, f, 0)).mul(FloatVector.fromArray(f, codes, y + 64));
+                t23 = ((FloatVector) q23.lanewise(VectorOperators.LSHL, 18).lanewise(VectorOperators.ASHR, 26)
+                        .convertShape(VectorOperators.I2F, f, 0)).fma(FloatVector.fromArray(f, codes, y + 80), t23);
+                t23 = ((FloatVector) q23.lanewise(VectorOperators.LSHL, 10).lanewise(VectorOperators.ASHR, 26)
+                        .convertShape(VectorOperators.I2F, f, 0)).fma(FloatVector.fromArray(f, codes, y + 96), t23);
+                t23 = ((FloatVector) q23.lanewise(VectorOperators.LSHL, 2).lanewise(VectorOperators.ASHR, 26)
+                        .convertShape(VectorOperators.I2F, f, 0)).fma(FloatVector.fromArray(f, codes, y + 112), t23);
+                a1 = t23.fma(sc.rearrange(GROUPS_4_7), a1);
+            }
+            IntVector v = (IntVector) a0.add(a1).convertShape(VectorOperators.F2I, IntVector.SPECIES_512, 0);
+            v = v.add(v.rearrange(INT_X8));
+            v = v.add(v.rearrange(INT_X4));
+            v = v.add(v.rearrange(INT_X2));
+            sum += scale * v.add(v.rearrange(INT_X1)).lane(0);
+        }
+        return sum;
+    }
+
     @Override
     public void encode(float[] src, int srcOffset, int count, MemorySegment dst, long offset) {
         Blocks.checkCount(count, QK, id());
