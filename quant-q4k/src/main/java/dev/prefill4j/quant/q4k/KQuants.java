@@ -98,6 +98,56 @@ final class KQuants {
         }
     }
 
+    /** A format's integer dot product over activation codes made floats ({@link #dotEncodedRows}). */
+    interface CodesKernel {
+        /**
+         * Lays out the Q8_K activation row at {@code a[at..]} ({@code blocks} super-blocks) in {@code codes} as
+         * {@link #dot} reads it.
+         */
+        void prepare(byte[] a, int at, int blocks, float[] codes);
+
+        /** {@return {@code dotEncoded} of the row at {@code offset} with that activation row, the same bits} */
+        double dot(MemorySegment src, long offset, byte[] a, int at, float[] codes, int blocks);
+    }
+
+    /** {@link #dotEncodedRows}' activation codes as floats, one buffer a thread. */
+    private static final ThreadLocal<float[]> CODES = ThreadLocal.withInitial(() -> new float[0]);
+
+    /**
+     * {@link Quantizer#dotEncodedRows} of Q4_K and Q6_K: with a {@code kernel} (16 float lanes) and activations in a
+     * heap segment, each activation row's codes laid out as floats once for the whole tile (a per-thread buffer of
+     * {@code floatsPerBlock} a super-block), then the kernel over every weight row; otherwise one {@code dotEncoded}
+     * a product.
+     */
+    static void dotEncodedRows(Quantizer q, CodesKernel kernel, int floatsPerBlock, MemorySegment src, long offset,
+                               long stride, int rows, MemorySegment act, long actOffset, long actStride, int actRows,
+                               int count, float[] out, int outIndex, int outStride) {
+        Blocks.checkCount(count, 256, q.id());
+        byte[] a = kernel != null ? Blocks.heapBytes(act) : null;
+        if (a == null) {
+            for (int i = 0; i < actRows; i++) {
+                for (int r = 0; r < rows; r++) {
+                    out[outIndex + i * outStride + r] = (float) q.dotEncoded(src, offset + r * stride, act,
+                            actOffset + i * actStride, count);
+                }
+            }
+            return;
+        }
+        int blocks = count / 256;
+        float[] codes = CODES.get();
+        if (codes.length < blocks * floatsPerBlock) {
+            codes = new float[blocks * floatsPerBlock];
+            CODES.set(codes);
+        }
+        for (int i = 0; i < actRows; i++) {
+            int at = Math.toIntExact(act.address() + actOffset + i * actStride);
+            kernel.prepare(a, at, blocks, codes);
+            for (int r = 0; r < rows; r++) {
+                out[outIndex + i * outStride + r] = (float) kernel.dot(src, offset + r * stride, a, at, codes, blocks);
+            }
+        }
+    }
+
     /** {@return bytes {@code b[at..]} zero-extended to int lanes, where a decoder joins the bits of its levels} */
     static IntVector widen(byte[] b, int at) {
         return (IntVector) ByteVector.fromArray(BYTES_PER_LANE, b, at).convertShape(VectorOperators.ZERO_EXTEND_B2I, INTS, 0);

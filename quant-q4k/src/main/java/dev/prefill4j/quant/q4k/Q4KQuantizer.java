@@ -598,30 +598,23 @@ public final class Q4KQuantizer implements Quantizer {
 
     /**
      * With the 16-lane packed form and activations in a heap segment, each activation row's Q8_K codes are converted
-     * to floats once for the whole tile, in {@link #prepareActivations}' masked order and scaling (a per-thread
-     * buffer, with each half's sub-block sums of the codes where {@link #dotPacked16} keeps those of the activations),
-     * and every weight row runs {@link #dotCodes16}: the same integer sums as {@link #dotEncoded}, so the same bits;
-     * otherwise one {@link #dotEncoded} a product.
+     * to floats once for the whole tile, in {@link #prepareActivations}' masked order and scaling, with each half's
+     * sub-block sums of the codes where {@link #dotPacked16} keeps those of the activations, and every weight row runs
+     * {@link #dotCodes16}: the same integer sums as {@link #dotEncoded}, so the same bits; otherwise one {@link
+     * #dotEncoded} a product ({@link KQuants#dotEncodedRows}).
      */
     @Override
     public void dotEncodedRows(MemorySegment src, long offset, long stride, int rows, MemorySegment act,
                                long actOffset, long actStride, int actRows, int count, float[] out, int outIndex,
                                int outStride) {
-        Blocks.checkCount(count, QK, id());
-        byte[] a = Blocks.heapBytes(act);
-        if (!PACKED16 || a == null) {
-            Quantizer.super.dotEncodedRows(src, offset, stride, rows, act, actOffset, actStride, actRows, count, out,
-                    outIndex, outStride);
-            return;
-        }
-        int blocks = count / QK;
-        float[] codes = CODES.get();
-        if (codes.length < blocks * PREPARED_PER_BLOCK) {
-            codes = new float[blocks * PREPARED_PER_BLOCK];
-            CODES.set(codes);
-        }
-        for (int i = 0; i < actRows; i++) {
-            int at = Math.toIntExact(act.address() + actOffset + i * actStride);
+        KQuants.dotEncodedRows(this, PACKED16 ? CODES : null, PREPARED_PER_BLOCK, src, offset, stride, rows, act,
+                actOffset, actStride, actRows, count, out, outIndex, outStride);
+    }
+
+    /** {@link #dotEncodedRows}' kernel: the codes in {@link #prepareActivations}' packed layout, {@link #dotCodes16}. */
+    private static final KQuants.CodesKernel CODES = new KQuants.CodesKernel() {
+        @Override
+        public void prepare(byte[] a, int at, int blocks, float[] codes) {
             for (int k = 0; k < blocks; k++) {
                 int x = at + k * Q8KQuantizer.BYTES;
                 int p = k * PREPARED_PER_BLOCK;
@@ -634,21 +627,20 @@ public final class Q4KQuantizer implements Quantizer {
                         }
                     }
                     for (int j = 0; j < 8; j++) {
-                        int g = j - 4 * h; // sub-block g of the super-block sits in lane 8 + g of its half's sixteen
+                        int g = j - 4 * h; // sub-block 4h + g: its code sum in lane 8 + 4h + g, where its min is
                         codes[ph + 128 + j] = 0;
                         codes[ph + 136 + j] = g >= 0 && g < 4 ? Blocks.i16(a, x + 260 + 4 * (4 * h + g))
                                 + Blocks.i16(a, x + 262 + 4 * (4 * h + g)) : 0;
                     }
                 }
             }
-            for (int r = 0; r < rows; r++) {
-                out[outIndex + i * outStride + r] = (float) dotCodes16(src, offset + r * stride, a, at, codes, blocks);
-            }
         }
-    }
 
-    /** {@link #dotEncodedRows}' activation codes as floats, one buffer a thread. */
-    private static final ThreadLocal<float[]> CODES = ThreadLocal.withInitial(() -> new float[0]);
+        @Override
+        public double dot(MemorySegment src, long offset, byte[] a, int at, float[] codes, int blocks) {
+            return dotCodes16(src, offset, a, at, codes, blocks);
+        }
+    };
 
     /**
      * {@link #dotEncoded} as {@link #dotPacked16} computes its float dot, over integers: each nibble masked in place

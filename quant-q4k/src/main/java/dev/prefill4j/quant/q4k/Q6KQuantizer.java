@@ -546,29 +546,22 @@ public final class Q6KQuantizer implements Quantizer {
 
     /**
      * With the 16-lane packed form and activations in a heap segment, each activation row's Q8_K codes are converted
-     * to floats once for the whole tile, in {@link #prepareActivations}' order (a per-thread buffer), and every weight
-     * row runs {@link #dotCodes16}, the float packed dot over integers: the same integer sums as {@link #dotEncoded},
-     * so the same bits; otherwise one {@link #dotEncoded} a product.
+     * to floats once for the whole tile, in {@link #prepareActivations}' order, and every weight row runs {@link
+     * #dotCodes16}, the float packed dot over integers: the same integer sums as {@link #dotEncoded}, so the same
+     * bits; otherwise one {@link #dotEncoded} a product ({@link KQuants#dotEncodedRows}).
      */
     @Override
     public void dotEncodedRows(MemorySegment src, long offset, long stride, int rows, MemorySegment act,
                                long actOffset, long actStride, int actRows, int count, float[] out, int outIndex,
                                int outStride) {
-        Blocks.checkCount(count, QK, id());
-        byte[] a = Blocks.heapBytes(act);
-        if (!PACKED16 || a == null) {
-            Quantizer.super.dotEncodedRows(src, offset, stride, rows, act, actOffset, actStride, actRows, count, out,
-                    outIndex, outStride);
-            return;
-        }
-        int blocks = count / QK;
-        float[] codes = CODES.get();
-        if (codes.length < count) {
-            codes = new float[count];
-            CODES.set(codes);
-        }
-        for (int i = 0; i < actRows; i++) {
-            int at = Math.toIntExact(act.address() + actOffset + i * actStride);
+        KQuants.dotEncodedRows(this, PACKED16 ? CODES : null, QK, src, offset, stride, rows, act, actOffset, actStride,
+                actRows, count, out, outIndex, outStride);
+    }
+
+    /** {@link #dotEncodedRows}' kernel: the codes in {@link #prepareActivations}' 16-lane order, {@link #dotCodes16}. */
+    private static final KQuants.CodesKernel CODES = new KQuants.CodesKernel() {
+        @Override
+        public void prepare(byte[] a, int at, int blocks, float[] codes) {
             for (int b = 0; b < blocks; b++) {
                 int x = at + b * Q8KQuantizer.BYTES + 4;
                 int c = b * QK;
@@ -580,11 +573,13 @@ public final class Q6KQuantizer implements Quantizer {
                     }
                 }
             }
-            for (int r = 0; r < rows; r++) {
-                out[outIndex + i * outStride + r] = (float) dotCodes16(src, offset + r * stride, a, at, codes, blocks);
-            }
         }
-    }
+
+        @Override
+        public double dot(MemorySegment src, long offset, byte[] a, int at, float[] codes, int blocks) {
+            return dotCodes16(src, offset, a, at, codes, blocks);
+        }
+    };
 
     /** {@link #dotCodes16}: lane permutes of a tree over 16 int lanes. */
     private static final VectorShuffle<Integer> INT_X8 = intTree(8);
@@ -595,9 +590,6 @@ public final class Q6KQuantizer implements Quantizer {
     private static VectorShuffle<Integer> intTree(int bit) {
         return PACKED16 ? VectorShuffle.fromOp(IntVector.SPECIES_512, i -> i ^ bit) : null;
     }
-
-    /** {@link #dotEncodedRows}' activation codes as floats, one buffer a thread. */
-    private static final ThreadLocal<float[]> CODES = ThreadLocal.withInitial(() -> new float[0]);
 
     /**
      * {@link #dotEncoded} as {@link #dotPacked16} computes its float dot: the levels joined 64 at a time in the bytes
