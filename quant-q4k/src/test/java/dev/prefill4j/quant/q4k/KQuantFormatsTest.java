@@ -56,6 +56,64 @@ class KQuantFormatsTest {
     }
 
     /**
+     * Q8_K's encoder (16 elements at a time with AVX-512) against ggml's {@code quantize_row_q8_K_ref} written out in
+     * scalar code here: {@code iscale = -127 / max} (the first value of largest magnitude, sign kept), {@code q =
+     * min(127, nearest_int(iscale * x))} with ties to even, group sums of 16, {@code d = 1 / iscale}; byte for byte.
+     * Blocks that make ties: halves of the scale ({@code x = (k + 0.5) * max / 127}), {@code +m} and {@code -m} in one
+     * block (either first), all zero, and random Gaussian ones.
+     */
+    @Test
+    void q8_kEncodesAsGgmlsReference() {
+        int blocks = 6;
+        float[] x = new float[256 * blocks];
+        java.util.SplittableRandom random = new java.util.SplittableRandom(8);
+        for (int i = 0; i < x.length; i++) {
+            x[i] = (float) random.nextGaussian();
+        }
+        for (int j = 0; j < 256; j++) { // block 1: ties at every half step of the scale
+            x[256 + j] = (j % 255 - 127 + 0.5f) * 3f / 127f;
+        }
+        x[256] = -3f;
+        x[512 + 7] = 9f; // block 2: +m first, then -m
+        x[512 + 100] = -9f;
+        x[768 + 3] = -9f; // block 3: -m first, then +m
+        x[768 + 200] = 9f;
+        java.util.Arrays.fill(x, 1024, 1280, 0f); // block 4: zeros
+        Q8KQuantizer q = new Q8KQuantizer();
+        MemorySegment got = Arena.ofAuto().allocate(q.byteSize(x.length));
+        q.encode(x, 0, x.length, got, 0);
+        for (int b = 0; b < blocks; b++) {
+            long o = (long) b * Q8KQuantizer.BYTES;
+            float max = 0;
+            float amax = 0;
+            for (int j = 0; j < 256; j++) {
+                float ax = Math.abs(x[256 * b + j]);
+                if (ax > amax) {
+                    amax = ax;
+                    max = x[256 * b + j];
+                }
+            }
+            if (amax == 0) {
+                for (int i = 0; i < Q8KQuantizer.BYTES; i++) {
+                    assertEquals(0, got.get(Blocks.I8, o + i), "block " + b + " byte " + i);
+                }
+                continue;
+            }
+            float iscale = -127f / max;
+            assertEquals(1 / iscale, got.get(Blocks.F32, o), "block " + b + " d");
+            for (int g = 0; g < 16; g++) {
+                int sum = 0;
+                for (int j = 16 * g; j < 16 * g + 16; j++) {
+                    int code = Math.min(127, (int) Math.rint(iscale * x[256 * b + j]));
+                    sum += code;
+                    assertEquals(code, got.get(Blocks.I8, o + 4 + j), "block " + b + " element " + j);
+                }
+                assertEquals(sum, got.get(Blocks.I16, o + 260 + 2L * g), "block " + b + " group " + g);
+            }
+        }
+    }
+
+    /**
      * Kit tolerances: Q4_K's levels are 0..15 over [min, max] with 6-bit scales, so about one level of 15 over the
      * block range (up to 2 max|x|), 0.14 max|x|; Q5_K the same with 31 levels, 0.07; Q6_K half a level of 32 plus 8-bit scale rounding, 0.03; Q8_K half a
      * level of 127, 0.004.
