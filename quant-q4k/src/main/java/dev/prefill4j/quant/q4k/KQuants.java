@@ -438,21 +438,31 @@ final class KQuants {
     }
 
     /**
+     * {@return the first of {@code x[from..from+n)} of largest magnitude, sign kept} (0 if all are zero), as ggml's
+     * scans find it: a later value of equal magnitude does not replace it, and a NaN is passed over.
+     */
+    static float signedMax(float[] x, int from, int n) {
+        float max = 0;
+        float amax = 0;
+        for (int i = 0; i < n; i++) {
+            float ax = Math.abs(x[from + i]);
+            if (ax > amax) {
+                amax = ax;
+                max = x[from + i];
+            }
+        }
+        return max;
+    }
+
+    /**
      * Symmetric search for one group (rmse_type 1: weights {@code x^2}): levels {@code -nmax..nmax-1} stored as
      * {@code l + nmax}, candidate scales {@code -(nmax + 0.1 is) / max} for {@code is = -9..9}.
      *
      * @return the scale; levels go to {@code out[outOffset..]}
      */
     static float makeQx(int n, int nmax, float[] x, int xOffset, int[] out, int outOffset) {
-        float max = 0;
-        float amax = 0;
-        for (int i = 0; i < n; i++) {
-            float ax = Math.abs(x[xOffset + i]);
-            if (ax > amax) {
-                amax = ax;
-                max = x[xOffset + i];
-            }
-        }
+        float max = signedMax(x, xOffset, n);
+        float amax = Math.abs(max);
         if (amax < 1e-15f) { // GROUP_MAX_EPS
             for (int i = 0; i < n; i++) {
                 out[outOffset + i] = 0;

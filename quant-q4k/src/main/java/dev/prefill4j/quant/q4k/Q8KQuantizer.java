@@ -60,15 +60,8 @@ public final class Q8KQuantizer implements Quantizer {
         for (int b = 0; b < count / QK; b++) {
             int base = srcOffset + b * QK;
             long o = offset + (long) b * BYTES;
-            float max = VECTOR ? signedMax(src, base) : 0;
+            float max = VECTOR ? signedMax(src, base) : KQuants.signedMax(src, base, QK);
             float amax = Math.abs(max);
-            for (int j = 0; !VECTOR && j < QK; j++) {
-                float ax = Math.abs(src[base + j]);
-                if (ax > amax) {
-                    amax = ax;
-                    max = src[base + j];
-                }
-            }
             if (amax == 0) {
                 dst.asSlice(o, BYTES).fill((byte) 0);
                 continue;
@@ -120,16 +113,7 @@ public final class Q8KQuantizer implements Quantizer {
         float top = hi.reduceLanes(VectorOperators.MAX);
         float bottom = lo.reduceLanes(VectorOperators.MIN);
         if (Float.isNaN(top) || Float.isNaN(bottom) || top == -bottom) {
-            float max = 0;
-            float amax = 0;
-            for (int j = 0; j < QK; j++) {
-                float ax = Math.abs(src[base + j]);
-                if (ax > amax) {
-                    amax = ax;
-                    max = src[base + j];
-                }
-            }
-            return max;
+            return KQuants.signedMax(src, base, QK);
         }
         return top > -bottom ? Math.max(top, 0) : Math.min(bottom, 0);
     }
