@@ -609,7 +609,7 @@ public final class Session implements AutoCloseable {
      * whose integer products are exact (Q4_0, Q8_0), then accumulate exactly ({@link ComputeDevice#matmulExact}, a
      * GEMM in double on the CPU device): numerically the integer products, up to double rounding, so a prompt's
      * logits do not depend on how it is split into chunks. Prompts of the 1B Q4_0 and Q8_0 files ran at 25-28 tok/s
-     * (pp512, Zen 5 VM) through the integer products and at about 80 through the exact GEMM. Per-token activations
+     * (pp512, Zen 5 VM) through the integer products and at 69-77 through the exact GEMM. Per-token activations
      * (BitNet b1.58's rounding, {@link SessionOptions.Activations#PER_TOKEN}) of more than one row, a prompt's, go
      * decoded to the float GEMM ({@link ComputeDevice#matmul}): the same rounded activations times the same weights,
      * the sums in float instead of exact integers, at the GEMM's speed. Through the integer products a prompt ran at

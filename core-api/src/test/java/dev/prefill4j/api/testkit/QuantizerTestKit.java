@@ -48,9 +48,8 @@ import java.util.SplittableRandom;
  *       {@code dotEncoded};</li>
  *   <li>for a format whose {@link Quantizer#encodedDotIsExact()} is {@code true}: {@code dotEncoded} with its
  *       activation format within {@link #EXACT} {@code * sum|w*x|} of that FP64 dot, and {@code matmulExact} over
- *       the decoded activations (many rows, on every backend) within {@link #EXACT} of {@code matmulEncoded}'s
- *       products, before each is rounded to float: what lets the engine run a prompt through the one and its decode
- *       steps through the other.</li>
+ *       the decoded activations (13 rows, on every backend) giving each output the bits of {@code matmulEncoded}:
+ *       what lets the engine run a prompt through the one and its decode steps through the other.</li>
  * </ol>
  */
 public final class QuantizerTestKit {
