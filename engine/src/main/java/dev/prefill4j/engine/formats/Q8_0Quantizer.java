@@ -295,7 +295,7 @@ public final class Q8_0Quantizer implements Quantizer {
         int blocks = count / QK;
         byte[] a = Blocks.heapBytes(act);
         if (a != null && SHORTS != null) {
-            return dotInt16(src.asSlice(offset, (long) blocks * BLOCK_BYTES), a,
+            return dotInt16(src, offset, a,
                     Math.toIntExact(act.address() + actOffset), blocks);
         }
         double sum = 0;
@@ -319,7 +319,7 @@ public final class Q8_0Quantizer implements Quantizer {
      * would wrap), is widened to double and accumulated times {@code d_w * d_x} (each term exact in double; until
      * 2026-12-05 the terms were added in float lanes, as llama.cpp's x86 dot adds them).
      */
-    private static double dotInt16(MemorySegment row, byte[] a, int at, int blocks) {
+    private static double dotInt16(MemorySegment row, long offset, byte[] a, int at, int blocks) {
         var s = SHORTS;
         var dv = DOUBLES;
         DoubleVector acc0 = DoubleVector.zero(dv);
@@ -328,7 +328,7 @@ public final class Q8_0Quantizer implements Quantizer {
         DoubleVector acc3 = acc0;
         int pairs = blocks / 2;
         for (int p = 0; p < pairs; p++) {
-            long o = (long) p * 2 * BLOCK_BYTES;
+            long o = offset + (long) p * 2 * BLOCK_BYTES;
             int x = at + p * 2 * BLOCK_BYTES;
             double d0 = Blocks.fp16(row, o) * Blocks.fp16(a, x);
             double d1 = Blocks.fp16(row, o + BLOCK_BYTES) * Blocks.fp16(a, x + BLOCK_BYTES);
@@ -363,7 +363,7 @@ public final class Q8_0Quantizer implements Quantizer {
         }
         double last = 0;
         if (blocks % 2 != 0) { // an odd last block in scalar code
-            long o = (long) (blocks - 1) * BLOCK_BYTES;
+            long o = offset + (long) (blocks - 1) * BLOCK_BYTES;
             int x = at + (blocks - 1) * BLOCK_BYTES;
             int isum = 0;
             for (int j = 0; j < QK; j++) {

@@ -579,7 +579,7 @@ public final class Q4_0Quantizer implements Quantizer {
         int blocks = count / QK;
         byte[] a = Blocks.heapBytes(act);
         if (a != null && SHORTS != null) {
-            return dotInt16(src.asSlice(offset, (long) blocks * BYTES), a, Math.toIntExact(act.address() + actOffset),
+            return dotInt16(src, offset, a, Math.toIntExact(act.address() + actOffset),
                     blocks);
         }
         double sum = 0;
@@ -606,7 +606,7 @@ public final class Q4_0Quantizer implements Quantizer {
      * float lanes, as llama.cpp's x86 dot adds them; in double, prompts can take the exact GEMM and still agree with
      * decode steps ({@link #encodedDotIsExact}), at the same speed on AVX-512 (docs/performance-notes.md, Kernels).
      */
-    private static double dotInt16(MemorySegment row, byte[] a, int at, int blocks) {
+    private static double dotInt16(MemorySegment row, long offset, byte[] a, int at, int blocks) {
         var s = SHORTS;
         var dv = DOUBLES;
         DoubleVector acc0 = DoubleVector.zero(dv);
@@ -615,7 +615,7 @@ public final class Q4_0Quantizer implements Quantizer {
         DoubleVector acc3 = acc0;
         int pairs = blocks / 2;
         for (int p = 0; p < pairs; p++) {
-            long o = (long) p * 2 * BYTES;
+            long o = offset + (long) p * 2 * BYTES;
             int x = at + p * 2 * ACT_BYTES;
             double d0 = Blocks.fp16(row, o) * Blocks.fp16(a, x);
             double d1 = Blocks.fp16(row, o + BYTES) * Blocks.fp16(a, x + ACT_BYTES);
@@ -646,7 +646,7 @@ public final class Q4_0Quantizer implements Quantizer {
         }
         double last = 0;
         if (blocks % 2 != 0) { // an odd last block in scalar code
-            long o = (long) (blocks - 1) * BYTES;
+            long o = offset + (long) (blocks - 1) * BYTES;
             int x = at + (blocks - 1) * ACT_BYTES;
             int isum = 0;
             for (int j = 0; j < 16; j++) {
