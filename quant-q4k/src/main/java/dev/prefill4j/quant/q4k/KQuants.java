@@ -98,6 +98,19 @@ final class KQuants {
         }
     }
 
+    /**
+     * Lane permutes of a fixed tree over 16 int lanes (each lane to the one {@code 8}, {@code 4}, {@code 2}, {@code 1}
+     * away), for the encoded kernels' exact integer sums; {@code null} without 16 float lanes.
+     */
+    static final VectorShuffle<Integer> IX8 = intTree(8);
+    static final VectorShuffle<Integer> IX4 = intTree(4);
+    static final VectorShuffle<Integer> IX2 = intTree(2);
+    static final VectorShuffle<Integer> IX1 = intTree(1);
+
+    private static VectorShuffle<Integer> intTree(int bit) {
+        return FLOATS.length() == 16 ? VectorShuffle.fromOp(IntVector.SPECIES_512, i -> i ^ bit) : null;
+    }
+
     /** A format's integer dot product over activation codes made floats ({@link #dotEncodedRows}). */
     interface CodesKernel {
         /**

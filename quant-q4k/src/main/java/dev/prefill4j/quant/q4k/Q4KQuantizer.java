@@ -718,21 +718,12 @@ public final class Q4KQuantizer implements Quantizer {
             FloatVector scaled = a0.add(a1);
             IntVector w = (IntVector) scaled.add(scaled.rearrange(KQuants.X8)).blend(mins, KQuants.MINS)
                     .convertShape(VectorOperators.F2I, IntVector.SPECIES_512, 0);
-            w = w.add(w.rearrange(INT_X4));
-            w = w.add(w.rearrange(INT_X2));
-            w = w.add(w.rearrange(INT_X1));
+            w = w.add(w.rearrange(KQuants.IX4));
+            w = w.add(w.rearrange(KQuants.IX2));
+            w = w.add(w.rearrange(KQuants.IX1));
             sum += dx * (d * w.lane(0) - dmin * w.lane(8));
         }
         return sum;
-    }
-
-    /** {@link #dotCodes16}: lane permutes of a tree over each half of 16 int lanes. */
-    private static final VectorShuffle<Integer> INT_X4 = intTree(4);
-    private static final VectorShuffle<Integer> INT_X2 = intTree(2);
-    private static final VectorShuffle<Integer> INT_X1 = intTree(1);
-
-    private static VectorShuffle<Integer> intTree(int bit) {
-        return PACKED16 ? VectorShuffle.fromOp(IntVector.SPECIES_512, i -> i ^ bit) : null;
     }
 
     @Override

@@ -581,16 +581,6 @@ public final class Q6KQuantizer implements Quantizer {
         }
     };
 
-    /** {@link #dotCodes16}: lane permutes of a tree over 16 int lanes. */
-    private static final VectorShuffle<Integer> INT_X8 = intTree(8);
-    private static final VectorShuffle<Integer> INT_X4 = intTree(4);
-    private static final VectorShuffle<Integer> INT_X2 = intTree(2);
-    private static final VectorShuffle<Integer> INT_X1 = intTree(1);
-
-    private static VectorShuffle<Integer> intTree(int bit) {
-        return PACKED16 ? VectorShuffle.fromOp(IntVector.SPECIES_512, i -> i ^ bit) : null;
-    }
-
     /**
      * {@link #dotEncoded} as {@link #dotPacked16} computes its float dot: the levels joined 64 at a time in the bytes
      * of int lanes ({@code q - 32} by the top bit flipped, sign-extended), converted to floats and multiplied by the
@@ -647,10 +637,10 @@ public final class Q6KQuantizer implements Quantizer {
                 a1 = t23.fma(sc.rearrange(GROUPS_4_7), a1);
             }
             IntVector v = (IntVector) a0.add(a1).convertShape(VectorOperators.F2I, IntVector.SPECIES_512, 0);
-            v = v.add(v.rearrange(INT_X8));
-            v = v.add(v.rearrange(INT_X4));
-            v = v.add(v.rearrange(INT_X2));
-            sum += scale * v.add(v.rearrange(INT_X1)).lane(0);
+            v = v.add(v.rearrange(KQuants.IX8));
+            v = v.add(v.rearrange(KQuants.IX4));
+            v = v.add(v.rearrange(KQuants.IX2));
+            sum += scale * v.add(v.rearrange(KQuants.IX1)).lane(0);
         }
         return sum;
     }
