@@ -333,7 +333,11 @@ public final class Engine implements AutoCloseable {
      * ({@code -XX:CompileCommand=MemStat}) against 23 MB for the whole method, on top of the resident model: {@code
      * bench -m 1b-tq2_0.gguf -p 512 -n 16 -r 1 --verify-tokens 0 --activations per-token} peaked at 721.8 MiB against
      * 560.4 in {@code f32} mode, and its first steps ran in C1's code (the Vector API not intrinsified there) for
-     * about 3 s.
+     * about 3 s. Where a prompt's rows reach the format encoded ({@code --activations quantized} before K-quant and
+     * ternary weights), as many two-row products ready its tile form too: TQ2_0's two-row kernel, first compiled
+     * into a running loop of the first prompt, took an arena of 411 MB against 34 MB and {@code bench -m
+     * 1b-tq2_0.gguf -p 512 -n 16 -r 2 --activations quantized} to peaks of 606-795 MiB, against 588-593 readied
+     * (2026-12-05).
      */
     private void warmUpEncoded(LlamaModel model, Map<Quantizer, Quantizer> activationFormats) {
         for (int l = 0; l < model.config().layers(); l++) {
@@ -356,11 +360,18 @@ public final class Engine implements AutoCloseable {
                 long rowBytes = act.byteSize(w.cols());
                 // A heap segment over an array, as sessions hand encoded activations over (Blocks.heapBytes).
                 java.lang.foreign.MemorySegment encoded = java.lang.foreign.MemorySegment.ofArray(
-                        new byte[Math.toIntExact(rowBytes)]);
+                        new byte[Math.toIntExact(2 * rowBytes)]);
                 act.encode(x, 0, w.cols(), encoded, 0);
-                float[] out = new float[rows];
+                act.encode(x, 0, w.cols(), encoded, rowBytes);
+                float[] out = new float[2 * rows];
+                // Prompts whose rows reach this format encoded take its tile form (two activation rows a step for
+                // TQ2_0), readied the same way.
+                int tileRows = Session.decodesPrompts(w.format(), act) ? 0 : 2;
                 for (int i = 0; i < WARM_UP_ENCODED_CALLS; i++) {
                     device.matmulEncoded(head, encoded, rowBytes, 1, out);
+                    if (tileRows > 0) {
+                        device.matmulEncoded(head, encoded, rowBytes, tileRows, out);
+                    }
                 }
             }
         }
