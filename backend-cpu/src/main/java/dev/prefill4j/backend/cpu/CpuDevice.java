@@ -367,15 +367,18 @@ final class CpuDevice implements ComputeDevice {
      * Products with activations still encoded ({@link dev.prefill4j.api.spi.Quantizer#dotEncoded}), for any number of
      * rows, never decoded to floats, in tiles the format computes in one call ({@link
      * dev.prefill4j.api.spi.Quantizer#dotEncodedRows}): decode steps with long rows hand a task's run of rows over
-     * with the one activation row, as {@link #matmulDots} does; otherwise a task's run of outputs meets the activation
-     * rows {@value #ENCODED_ACT_ROWS} at a time, so that both stay in L1 or L2 while they meet.
+     * with the one activation row, as {@link #matmulDots} does; otherwise a task's run of outputs ({@value
+     * #ENCODED_TILE_OUTPUTS} for a prompt's rows) meets the activation rows {@value #ENCODED_ACT_ROWS} at a time, so
+     * that both stay in L1 or L2 while they meet.
      */
     @Override
     public void matmulEncoded(WeightMatrix w, MemorySegment act, long actRowBytes, int rows, float[] out) {
         int n = w.rows();
         int k = w.cols();
         long rowBytes = w.rowBytes();
-        int run = rows == 1 && k >= ROWS_MIN_COLS ? rowsRun(n, rowBytes) : outputRun(n);
+        int run = rows == 1 && k >= ROWS_MIN_COLS ? rowsRun(n, rowBytes)
+                : rows > DOT_MAX_ROWS ? Math.max(1, Math.min(ENCODED_TILE_OUTPUTS, n / (2 * threads)))
+                : outputRun(n);
         parallelFor((n + run - 1) / run, t -> {
             int o = t * run;
             int m = Math.min(run, n - o);
@@ -385,6 +388,17 @@ final class CpuDevice implements ComputeDevice {
             }
         });
     }
+
+    /**
+     * Outputs a task of a prompt's {@link #matmulEncoded} takes (at least two tasks a thread): each call lays its
+     * activation rows out once for all of them (K-quants convert their codes to floats in their kernels' order, in
+     * scalar code), so longer runs spread that over more weight rows. 128 against the decode steps' 64 ({@link
+     * #outputRun}), {@code bench -m 1b-q4_k_m.gguf -p 512 -n 0 -r 2 --activations quantized --verify-tokens 0},
+     * alternating in one build: pp512 20.67, 24.77 against 27.10, 33.41 tok/s (256: 27.48, 32.98); runs of about 256
+     * KiB of weights instead (39-128 rows): 32.30-32.71 against 31.29-34.33, {@code ffn_down} slower; the 1B TQ2_0
+     * file, whose tile lays nothing out, 108.80, 119.39 against 113.53, 119.23 (Zen 5 VM, 2026-12-05).
+     */
+    private static final int ENCODED_TILE_OUTPUTS = 128;
 
     /** Activation rows a {@link #matmulEncoded} tile takes: 16 Q8_K rows of 2,048 elements are 37 KiB. */
     private static final int ENCODED_ACT_ROWS = 16;

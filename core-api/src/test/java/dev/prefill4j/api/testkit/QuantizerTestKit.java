@@ -44,7 +44,7 @@ import java.util.SplittableRandom;
  *       backend (one activation row with rows of at least 8,192 weights among its shapes), equal the FP64 dot of the
  *       decoded weights and the decoded activations within {@link #ENCODED} {@code * sum|w*x|}, for its activation
  *       format and its per-token one (they must be on the test path, found by {@link ServiceLoader});
- *       {@code dotEncodedRows} gives each product of a tile of 11 weight rows and 6 activation rows the bits of
+ *       {@code dotEncodedRows} gives each product of a tile of 11 weight rows and 7 activation rows the bits of
  *       {@code dotEncoded};</li>
  *   <li>for a format whose {@link Quantizer#encodedDotIsExact()} is {@code true}: {@code dotEncoded} with its
  *       activation format within {@link #EXACT} {@code * sum|w*x|} of that FP64 dot, and {@code matmulExact} over
@@ -188,11 +188,11 @@ public final class QuantizerTestKit {
             check(Math.abs(fromHeap - ref.sum()) <= EXACT * ref.magnitude() + 1e-300, q, "encodedDotIsExact, but "
                     + "dotEncoded over heap-backed activations = " + fromHeap + ", FP64 = " + ref.sum());
         }
-        // dotEncodedRows, over either segment: a tile of eleven weight rows (the first this one) and six activation
-        // rows (the first these; kernels that group activation rows: a group of four, then two alone), each product
-        // the bits of (float) dotEncoded, and nothing else written.
+        // dotEncodedRows, over either segment: a tile of eleven weight rows (the first this one) and seven
+        // activation rows (the first these; kernels that group activation rows: three pairs and one alone, or a group
+        // of four and three alone), each product the bits of (float) dotEncoded, and nothing else written.
         int rows = 11;
-        int actRows = 6;
+        int actRows = 7;
         long rowBytes = q.byteSize(n);
         MemorySegment several = Arena.ofAuto().allocate(rows * rowBytes);
         several.copyFrom(enc);

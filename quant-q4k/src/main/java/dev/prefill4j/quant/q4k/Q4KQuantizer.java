@@ -614,10 +614,10 @@ public final class Q4KQuantizer implements Quantizer {
     /** {@link #dotEncodedRows}' kernel: the codes in {@link #prepareActivations}' packed layout, {@link #dotCodes16}. */
     private static final KQuants.CodesKernel CODES = new KQuants.CodesKernel() {
         @Override
-        public void prepare(byte[] a, int at, int blocks, float[] codes) {
+        public void prepare(byte[] a, int at, int blocks, float[] codes, int from) {
             for (int k = 0; k < blocks; k++) {
                 int x = at + k * Q8KQuantizer.BYTES;
-                int p = k * PREPARED_PER_BLOCK;
+                int p = from + k * PREPARED_PER_BLOCK;
                 for (int h = 0; h < 2; h++) {
                     int ph = p + 144 * h;
                     for (int t = 0; t < 8; t++) {
@@ -639,6 +639,12 @@ public final class Q4KQuantizer implements Quantizer {
         @Override
         public double dot(MemorySegment src, long offset, byte[] a, int at, float[] codes, int blocks) {
             return dotCodes16(src, offset, a, at, codes, blocks);
+        }
+
+        @Override
+        public void dotPair(MemorySegment src, long offset, byte[] a, int at0, int at1, float[] codes, int second,
+                            int blocks, float[] out, int i0, int i1) {
+            dotCodes16Pair(src, offset, a, at0, at1, codes, second, blocks, out, i0, i1);
         }
     };
 
@@ -724,6 +730,122 @@ public final class Q4KQuantizer implements Quantizer {
             sum += dx * (d * w.lane(0) - dmin * w.lane(8));
         }
         return sum;
+    }
+
+    /**
+     * {@link #dotCodes16} of one weight row with two activation rows ({@code codes[0..]} and {@code codes[second..]}):
+     * each nibble masked and converted once for both, each row's products, scaling and super-block sums as {@link
+     * #dotCodes16} computes them (the same bits). Written out beside it, not shared: a helper that takes or returns
+     * vectors boxes them where C2 leaves it out of line.
+     */
+    private static void dotCodes16Pair(MemorySegment src, long offset, byte[] a, int at0, int at1, float[] codes,
+                                       int second, int blocks, float[] out, int i0, int i1) {
+        var f = FloatVector.SPECIES_512;
+        IntVector m0 = IntVector.broadcast(IntVector.SPECIES_512, 0xF);
+        IntVector m1 = IntVector.broadcast(IntVector.SPECIES_512, 0xF0);
+        IntVector m2 = IntVector.broadcast(IntVector.SPECIES_512, 0xF00);
+        IntVector m3 = IntVector.broadcast(IntVector.SPECIES_512, 0xF000);
+        IntVector m4 = IntVector.broadcast(IntVector.SPECIES_512, 0xF_0000);
+        IntVector m5 = IntVector.broadcast(IntVector.SPECIES_512, 0xF0_0000);
+        IntVector m6 = IntVector.broadcast(IntVector.SPECIES_512, 0xF00_0000);
+        double sum0 = 0;
+        double sum1 = 0;
+        for (int k = 0; k < blocks; k++) {
+            long o = offset + (long) k * BYTES;
+            int p = PREPARED_PER_BLOCK * k;
+            int q = second + p;
+            double dx0 = Blocks.f32(a, at0 + k * Q8KQuantizer.BYTES);
+            double dx1 = Blocks.f32(a, at1 + k * Q8KQuantizer.BYTES);
+            double d = Blocks.fp16(src, o);
+            double dmin = Blocks.fp16(src, o + 2);
+            FloatVector sm = KQuants.factors16((IntVector) ByteVector.fromMemorySegment(ByteVector.SPECIES_128, src, o,
+                    ByteOrder.LITTLE_ENDIAN).convertShape(VectorOperators.ZERO_EXTEND_B2I, IntVector.SPECIES_512, 0),
+                    1f, -1f);
+            IntVector v = ByteVector.fromMemorySegment(ByteVector.SPECIES_512, src, o + 16, ByteOrder.LITTLE_ENDIAN)
+                    .reinterpretAsInts();
+            FloatVector n = (FloatVector) v.and(m0).convertShape(VectorOperators.I2F, f, 0);
+            FloatVector tl0 = n.mul(FloatVector.fromArray(f, codes, p));
+            FloatVector tl1 = n.mul(FloatVector.fromArray(f, codes, q));
+            n = (FloatVector) v.and(m1).convertShape(VectorOperators.I2F, f, 0);
+            FloatVector th0 = n.mul(FloatVector.fromArray(f, codes, p + 16));
+            FloatVector th1 = n.mul(FloatVector.fromArray(f, codes, q + 16));
+            n = (FloatVector) v.and(m2).convertShape(VectorOperators.I2F, f, 0);
+            tl0 = n.fma(FloatVector.fromArray(f, codes, p + 32), tl0);
+            tl1 = n.fma(FloatVector.fromArray(f, codes, q + 32), tl1);
+            n = (FloatVector) v.and(m3).convertShape(VectorOperators.I2F, f, 0);
+            th0 = n.fma(FloatVector.fromArray(f, codes, p + 48), th0);
+            th1 = n.fma(FloatVector.fromArray(f, codes, q + 48), th1);
+            n = (FloatVector) v.and(m4).convertShape(VectorOperators.I2F, f, 0);
+            tl0 = n.fma(FloatVector.fromArray(f, codes, p + 64), tl0);
+            tl1 = n.fma(FloatVector.fromArray(f, codes, q + 64), tl1);
+            n = (FloatVector) v.and(m5).convertShape(VectorOperators.I2F, f, 0);
+            th0 = n.fma(FloatVector.fromArray(f, codes, p + 80), th0);
+            th1 = n.fma(FloatVector.fromArray(f, codes, q + 80), th1);
+            n = (FloatVector) v.and(m6).convertShape(VectorOperators.I2F, f, 0);
+            tl0 = n.fma(FloatVector.fromArray(f, codes, p + 96), tl0);
+            tl1 = n.fma(FloatVector.fromArray(f, codes, q + 96), tl1);
+            n = (FloatVector) v.lanewise(VectorOperators.LSHR, 28).convertShape(VectorOperators.I2F, f, 0);
+            th0 = n.fma(FloatVector.fromArray(f, codes, p + 112), th0);
+            th1 = n.fma(FloatVector.fromArray(f, codes, q + 112), th1);
+            FloatVector low0 = sm.rearrange(LOW0);
+            FloatVector high0 = sm.rearrange(HIGH0);
+            FloatVector a00 = tl0.mul(low0);
+            FloatVector a01 = th0.mul(high0);
+            FloatVector mins0 = sm.mul(FloatVector.fromArray(f, codes, p + 128));
+            FloatVector a10 = tl1.mul(low0);
+            FloatVector a11 = th1.mul(high0);
+            FloatVector mins1 = sm.mul(FloatVector.fromArray(f, codes, q + 128));
+            v = ByteVector.fromMemorySegment(ByteVector.SPECIES_512, src, o + 80, ByteOrder.LITTLE_ENDIAN)
+                    .reinterpretAsInts();
+            n = (FloatVector) v.and(m0).convertShape(VectorOperators.I2F, f, 0);
+            tl0 = n.mul(FloatVector.fromArray(f, codes, p + 144));
+            tl1 = n.mul(FloatVector.fromArray(f, codes, q + 144));
+            n = (FloatVector) v.and(m1).convertShape(VectorOperators.I2F, f, 0);
+            th0 = n.mul(FloatVector.fromArray(f, codes, p + 160));
+            th1 = n.mul(FloatVector.fromArray(f, codes, q + 160));
+            n = (FloatVector) v.and(m2).convertShape(VectorOperators.I2F, f, 0);
+            tl0 = n.fma(FloatVector.fromArray(f, codes, p + 176), tl0);
+            tl1 = n.fma(FloatVector.fromArray(f, codes, q + 176), tl1);
+            n = (FloatVector) v.and(m3).convertShape(VectorOperators.I2F, f, 0);
+            th0 = n.fma(FloatVector.fromArray(f, codes, p + 192), th0);
+            th1 = n.fma(FloatVector.fromArray(f, codes, q + 192), th1);
+            n = (FloatVector) v.and(m4).convertShape(VectorOperators.I2F, f, 0);
+            tl0 = n.fma(FloatVector.fromArray(f, codes, p + 208), tl0);
+            tl1 = n.fma(FloatVector.fromArray(f, codes, q + 208), tl1);
+            n = (FloatVector) v.and(m5).convertShape(VectorOperators.I2F, f, 0);
+            th0 = n.fma(FloatVector.fromArray(f, codes, p + 224), th0);
+            th1 = n.fma(FloatVector.fromArray(f, codes, q + 224), th1);
+            n = (FloatVector) v.and(m6).convertShape(VectorOperators.I2F, f, 0);
+            tl0 = n.fma(FloatVector.fromArray(f, codes, p + 240), tl0);
+            tl1 = n.fma(FloatVector.fromArray(f, codes, q + 240), tl1);
+            n = (FloatVector) v.lanewise(VectorOperators.LSHR, 28).convertShape(VectorOperators.I2F, f, 0);
+            th0 = n.fma(FloatVector.fromArray(f, codes, p + 256), th0);
+            th1 = n.fma(FloatVector.fromArray(f, codes, q + 256), th1);
+            FloatVector low1 = sm.rearrange(LOW1);
+            FloatVector high1 = sm.rearrange(HIGH1);
+            a00 = tl0.fma(low1, a00);
+            a01 = th0.fma(high1, a01);
+            mins0 = sm.fma(FloatVector.fromArray(f, codes, p + 272), mins0);
+            a10 = tl1.fma(low1, a10);
+            a11 = th1.fma(high1, a11);
+            mins1 = sm.fma(FloatVector.fromArray(f, codes, q + 272), mins1);
+            FloatVector scaled = a00.add(a01);
+            IntVector w = (IntVector) scaled.add(scaled.rearrange(KQuants.X8)).blend(mins0, KQuants.MINS)
+                    .convertShape(VectorOperators.F2I, IntVector.SPECIES_512, 0);
+            w = w.add(w.rearrange(KQuants.IX4));
+            w = w.add(w.rearrange(KQuants.IX2));
+            w = w.add(w.rearrange(KQuants.IX1));
+            sum0 += dx0 * (d * w.lane(0) - dmin * w.lane(8));
+            scaled = a10.add(a11);
+            w = (IntVector) scaled.add(scaled.rearrange(KQuants.X8)).blend(mins1, KQuants.MINS)
+                    .convertShape(VectorOperators.F2I, IntVector.SPECIES_512, 0);
+            w = w.add(w.rearrange(KQuants.IX4));
+            w = w.add(w.rearrange(KQuants.IX2));
+            w = w.add(w.rearrange(KQuants.IX1));
+            sum1 += dx1 * (d * w.lane(0) - dmin * w.lane(8));
+        }
+        out[i0] = (float) sum0;
+        out[i1] = (float) sum1;
     }
 
     @Override

@@ -561,10 +561,10 @@ public final class Q6KQuantizer implements Quantizer {
     /** {@link #dotEncodedRows}' kernel: the codes in {@link #prepareActivations}' 16-lane order, {@link #dotCodes16}. */
     private static final KQuants.CodesKernel CODES = new KQuants.CodesKernel() {
         @Override
-        public void prepare(byte[] a, int at, int blocks, float[] codes) {
+        public void prepare(byte[] a, int at, int blocks, float[] codes, int from) {
             for (int b = 0; b < blocks; b++) {
                 int x = at + b * Q8KQuantizer.BYTES + 4;
-                int c = b * QK;
+                int c = from + b * QK;
                 for (int y0 = 0; y0 < QK; y0 += 64) {
                     for (int t = 0; t < 4; t++) {
                         for (int j = 0; j < 16; j++) {
@@ -578,6 +578,12 @@ public final class Q6KQuantizer implements Quantizer {
         @Override
         public double dot(MemorySegment src, long offset, byte[] a, int at, float[] codes, int blocks) {
             return dotCodes16(src, offset, a, at, codes, blocks);
+        }
+
+        @Override
+        public void dotPair(MemorySegment src, long offset, byte[] a, int at0, int at1, float[] codes, int second,
+                            int blocks, float[] out, int i0, int i1) {
+            dotCodes16Pair(src, offset, a, at0, at1, codes, second, blocks, out, i0, i1);
         }
     };
 
@@ -643,6 +649,96 @@ public final class Q6KQuantizer implements Quantizer {
             sum += scale * v.add(v.rearrange(KQuants.IX1)).lane(0);
         }
         return sum;
+    }
+
+    /**
+     * {@link #dotCodes16} of one weight row with two activation rows ({@code codes[0..]} and {@code codes[second..]}):
+     * each half's levels joined, shifted and converted once for both, each row's products, scaling and super-block
+     * sums as {@link #dotCodes16} computes them (the same bits). Written out beside it, not shared: a helper that takes
+     * or returns vectors boxes them where C2 leaves it out of line.
+     */
+    private static void dotCodes16Pair(MemorySegment src, long offset, byte[] a, int at0, int at1, float[] codes,
+                                       int second, int blocks, float[] out, int i0, int i1) {
+        var f = FloatVector.SPECIES_512;
+        double sum0 = 0;
+        double sum1 = 0;
+        for (int k = 0; k < blocks; k++) {
+            long o = offset + (long) k * BYTES;
+            double dw = Blocks.fp16(src, o + 208);
+            double scale0 = dw * Blocks.f32(a, at0 + k * Q8KQuantizer.BYTES);
+            double scale1 = dw * Blocks.f32(a, at1 + k * Q8KQuantizer.BYTES);
+            FloatVector a00 = FloatVector.zero(f);
+            FloatVector a01 = a00;
+            FloatVector a10 = a00;
+            FloatVector a11 = a00;
+            for (int h = 0; h < 2; h++) {
+                IntVector lo = ByteVector
+                        .fromMemorySegment(ByteVector.SPECIES_512, src, o + 64 * h, ByteOrder.LITTLE_ENDIAN)
+                        .reinterpretAsInts();
+                IntVector hb = ((IntVector) ByteVector
+                        .fromMemorySegment(ByteVector.SPECIES_256, src, o + 128 + 32 * h, ByteOrder.LITTLE_ENDIAN)
+                        .reinterpretShape(IntVector.SPECIES_512, 0)).rearrange(QH_TWICE)
+                        .lanewise(VectorOperators.XOR, 0xAAAAAAAA)
+                        .lanewise(VectorOperators.LSHR, QH_SHIFTS);
+                FloatVector sc = (FloatVector) ByteVector
+                        .fromMemorySegment(ByteVector.SPECIES_64, src, o + 192 + 8 * h, ByteOrder.LITTLE_ENDIAN)
+                        .convertShape(VectorOperators.B2F, f, 0);
+                int y = 128 * (2 * k + h);
+                int z = second + y;
+                IntVector q01 = lo.and(0x0F0F0F0F).or(hb.and(0x03030303).lanewise(VectorOperators.LSHL, 4));
+                FloatVector n = (FloatVector) q01.lanewise(VectorOperators.LSHL, 26).lanewise(VectorOperators.ASHR, 26)
+                        .convertShape(VectorOperators.I2F, f, 0);
+                FloatVector t0 = n.mul(FloatVector.fromArray(f, codes, y));
+                FloatVector t1 = n.mul(FloatVector.fromArray(f, codes, z));
+                n = (FloatVector) q01.lanewise(VectorOperators.LSHL, 18).lanewise(VectorOperators.ASHR, 26)
+                        .convertShape(VectorOperators.I2F, f, 0);
+                t0 = n.fma(FloatVector.fromArray(f, codes, y + 16), t0);
+                t1 = n.fma(FloatVector.fromArray(f, codes, z + 16), t1);
+                n = (FloatVector) q01.lanewise(VectorOperators.LSHL, 10).lanewise(VectorOperators.ASHR, 26)
+                        .convertShape(VectorOperators.I2F, f, 0);
+                t0 = n.fma(FloatVector.fromArray(f, codes, y + 32), t0);
+                t1 = n.fma(FloatVector.fromArray(f, codes, z + 32), t1);
+                n = (FloatVector) q01.lanewise(VectorOperators.LSHL, 2).lanewise(VectorOperators.ASHR, 26)
+                        .convertShape(VectorOperators.I2F, f, 0);
+                t0 = n.fma(FloatVector.fromArray(f, codes, y + 48), t0);
+                t1 = n.fma(FloatVector.fromArray(f, codes, z + 48), t1);
+                FloatVector g = sc.rearrange(GROUPS_0_3);
+                a00 = t0.fma(g, a00);
+                a10 = t1.fma(g, a10);
+                IntVector q23 = lo.lanewise(VectorOperators.LSHR, 4).and(0x0F0F0F0F).or(hb.and(0x30303030));
+                n = (FloatVector) q23.lanewise(VectorOperators.LSHL, 26).lanewise(VectorOperators.ASHR, 26)
+                        .convertShape(VectorOperators.I2F, f, 0);
+                t0 = n.mul(FloatVector.fromArray(f, codes, y + 64));
+                t1 = n.mul(FloatVector.fromArray(f, codes, z + 64));
+                n = (FloatVector) q23.lanewise(VectorOperators.LSHL, 18).lanewise(VectorOperators.ASHR, 26)
+                        .convertShape(VectorOperators.I2F, f, 0);
+                t0 = n.fma(FloatVector.fromArray(f, codes, y + 80), t0);
+                t1 = n.fma(FloatVector.fromArray(f, codes, z + 80), t1);
+                n = (FloatVector) q23.lanewise(VectorOperators.LSHL, 10).lanewise(VectorOperators.ASHR, 26)
+                        .convertShape(VectorOperators.I2F, f, 0);
+                t0 = n.fma(FloatVector.fromArray(f, codes, y + 96), t0);
+                t1 = n.fma(FloatVector.fromArray(f, codes, z + 96), t1);
+                n = (FloatVector) q23.lanewise(VectorOperators.LSHL, 2).lanewise(VectorOperators.ASHR, 26)
+                        .convertShape(VectorOperators.I2F, f, 0);
+                t0 = n.fma(FloatVector.fromArray(f, codes, y + 112), t0);
+                t1 = n.fma(FloatVector.fromArray(f, codes, z + 112), t1);
+                g = sc.rearrange(GROUPS_4_7);
+                a01 = t0.fma(g, a01);
+                a11 = t1.fma(g, a11);
+            }
+            IntVector v = (IntVector) a00.add(a01).convertShape(VectorOperators.F2I, IntVector.SPECIES_512, 0);
+            v = v.add(v.rearrange(KQuants.IX8));
+            v = v.add(v.rearrange(KQuants.IX4));
+            v = v.add(v.rearrange(KQuants.IX2));
+            sum0 += scale0 * v.add(v.rearrange(KQuants.IX1)).lane(0);
+            v = (IntVector) a10.add(a11).convertShape(VectorOperators.F2I, IntVector.SPECIES_512, 0);
+            v = v.add(v.rearrange(KQuants.IX8));
+            v = v.add(v.rearrange(KQuants.IX4));
+            v = v.add(v.rearrange(KQuants.IX2));
+            sum1 += scale1 * v.add(v.rearrange(KQuants.IX1)).lane(0);
+        }
+        out[i0] = (float) sum0;
+        out[i1] = (float) sum1;
     }
 
     @Override
