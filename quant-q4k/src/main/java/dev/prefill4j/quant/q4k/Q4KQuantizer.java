@@ -611,6 +611,12 @@ public final class Q4KQuantizer implements Quantizer {
                 actOffset, actStride, actRows, count, out, outIndex, outStride);
     }
 
+    /** The ints of a half's 128 code bytes that hold its even and its odd nibbles' codes ({@link #CODES}). */
+    private static final IntVector CODE_INTS_EVEN = IntVector.fromArray(IntVector.SPECIES_512,
+            new int[] {0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23}, 0);
+    private static final IntVector CODE_INTS_ODD = IntVector.fromArray(IntVector.SPECIES_512,
+            new int[] {8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31}, 0);
+
     /** {@link #dotEncodedRows}' kernel: the codes in {@link #prepareActivations}' packed layout, {@link #dotCodes16}. */
     private static final KQuants.CodesKernel CODES = new KQuants.CodesKernel() {
         @Override
@@ -620,11 +626,18 @@ public final class Q4KQuantizer implements Quantizer {
                 int p = from + k * PREPARED_PER_BLOCK;
                 for (int h = 0; h < 2; h++) {
                     int ph = p + 144 * h;
+                    // Lane j of nibble t takes code 32 * (2 * (j / 8) + t % 2) + 4 * (j % 8) + t / 2 of the half:
+                    // byte t / 2 of int 8 * (t % 2) + j % 8 + 16 * (j / 8) of its 128 bytes, picked from the two
+                    // 64-byte loads by a two-vector permute, shifted to the top of the lane and back with its sign.
+                    IntVector lo = ByteVector.fromArray(ByteVector.SPECIES_512, a, x + 4 + 128 * h).reinterpretAsInts();
+                    IntVector hi = ByteVector.fromArray(ByteVector.SPECIES_512, a, x + 68 + 128 * h).reinterpretAsInts();
+                    IntVector even = CODE_INTS_EVEN.selectFrom(lo, hi);
+                    IntVector odd = CODE_INTS_ODD.selectFrom(lo, hi);
                     for (int t = 0; t < 8; t++) {
-                        for (int j = 0; j < 16; j++) {
-                            codes[ph + 16 * t + j] = MASKED_SCALES[t]
-                                    * a[x + 4 + 128 * h + 32 * ((j >= 8 ? 2 : 0) + t % 2) + 4 * (j % 8) + t / 2];
-                        }
+                        ((FloatVector) (t % 2 == 0 ? even : odd).lanewise(VectorOperators.LSHL, 24 - 8 * (t / 2))
+                                .lanewise(VectorOperators.ASHR, 24)
+                                .convertShape(VectorOperators.I2F, FloatVector.SPECIES_512, 0))
+                                .mul(MASKED_SCALES[t]).intoArray(codes, ph + 16 * t);
                     }
                     for (int j = 0; j < 8; j++) {
                         int g = j - 4 * h; // sub-block 4h + g: its code sum in lane 8 + 4h + g, where its min is

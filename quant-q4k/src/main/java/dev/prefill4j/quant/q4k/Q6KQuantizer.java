@@ -566,10 +566,13 @@ public final class Q6KQuantizer implements Quantizer {
                 int x = at + b * Q8KQuantizer.BYTES + 4;
                 int c = from + b * QK;
                 for (int y0 = 0; y0 < QK; y0 += 64) {
+                    // Lane j of level t takes code 4j + t: byte t of int lane j, shifted to the top and back with
+                    // its sign.
+                    IntVector v = ByteVector.fromArray(ByteVector.SPECIES_512, a, x + y0).reinterpretAsInts();
                     for (int t = 0; t < 4; t++) {
-                        for (int j = 0; j < 16; j++) {
-                            codes[c + y0 + 16 * t + j] = a[x + y0 + 4 * j + t];
-                        }
+                        ((FloatVector) v.lanewise(VectorOperators.LSHL, 24 - 8 * t).lanewise(VectorOperators.ASHR, 24)
+                                .convertShape(VectorOperators.I2F, FloatVector.SPECIES_512, 0))
+                                .intoArray(codes, c + y0 + 16 * t);
                     }
                 }
             }
