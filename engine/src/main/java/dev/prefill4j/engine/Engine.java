@@ -365,7 +365,7 @@ public final class Engine implements AutoCloseable {
                 act.encode(x, 0, w.cols(), encoded, rowBytes);
                 float[] out = new float[2 * rows];
                 // Prompts whose rows reach this format encoded take its tile form (two activation rows a step for
-                // TQ2_0), readied the same way.
+                // TQ2_0, Q4_K and Q6_K), readied the same way.
                 int tileRows = Session.decodesPrompts(w.format(), act) ? 0 : 2;
                 for (int i = 0; i < WARM_UP_ENCODED_CALLS; i++) {
                     device.matmulEncoded(head, encoded, rowBytes, 1, out);

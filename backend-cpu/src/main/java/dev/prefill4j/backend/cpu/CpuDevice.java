@@ -391,10 +391,10 @@ final class CpuDevice implements ComputeDevice {
 
     /**
      * Outputs a task of a prompt's {@link #matmulEncoded} takes (at least two tasks a thread): each call lays its
-     * activation rows out once for all of them (K-quants convert their codes to floats in their kernels' order, in
-     * scalar code), so longer runs spread that over more weight rows. 128 against the decode steps' 64 ({@link
-     * #outputRun}), {@code bench -m 1b-q4_k_m.gguf -p 512 -n 0 -r 2 --activations quantized --verify-tokens 0},
-     * alternating in one build: pp512 20.67, 24.77 against 27.10, 33.41 tok/s (256: 27.48, 32.98); runs of about 256
+     * activation rows out once for all of them (K-quants convert their codes to floats in their kernels' order), so
+     * longer runs spread that over more weight rows. 128 against the decode steps' 64 ({@link #outputRun}), measured
+     * while that layout was a scalar loop, {@code bench -m 1b-q4_k_m.gguf -p 512 -n 0 -r 2 --activations quantized
+     * --verify-tokens 0}, alternating in one build: pp512 20.67, 24.77 against 27.10, 33.41 tok/s (256: 27.48, 32.98); runs of about 256
      * KiB of weights instead (39-128 rows): 32.30-32.71 against 31.29-34.33, {@code ffn_down} slower; the 1B TQ2_0
      * file, whose tile lays nothing out, 108.80, 119.39 against 113.53, 119.23 (Zen 5 VM, 2026-12-05).
      */
