@@ -29,8 +29,8 @@ import picocli.CommandLine.Option;
 
 /**
  * {@code prefill4j bench}: prompt processing (ppN) and generation (tgN) speed in the manner of llama-bench: a
- * warm-up (a tg test's of at least {@link #TG_WARM_UP_TOKENS} steps), then {@code -r} timed repetitions, each in a
- * fresh session over deterministic random token ids; with the machine's measured FMA peak and read bandwidth,
+ * warm-up (a tg test's of at least {@link #TG_WARM_UP_TOKENS} steps), then {@code -r} timed repetitions in the same
+ * session, emptied before each (as llama-bench clears its context's cache), over deterministic random token ids; with the machine's measured FMA peak and read bandwidth,
  * achieved GFLOP/s, bytes per decoded token, peak resident memory, and a verification label from an FP64 reference
  * run of the same configuration.
  */
@@ -150,13 +150,18 @@ final class BenchCommand implements Callable<Integer> {
                 int ctx = Math.min(c.contextLength(), Math.max(n + 1, 512));
                 largestKvBytes = Math.max(largestKvBytes, (long) c.layers() * 2 * ctx * base.kvType().rowBytes(c.kvDim()));
                 int warmUp = warmUpTokens(pp, n, ctx);
-                for (int r = -1; r < reps; r++) {
-                    System.err.printf("\rbench %s: %s %d/%d ", test, r < 0 ? "warm-up" : "run", Math.max(0, r + 1), reps);
-                    int[] ids = new SplittableRandom(42 + r).ints(r < 0 ? warmUp : n, 3, c.vocab()).toArray();
-                    if (r >= 0) {
-                        peaks[r] = e.device().measurePeakGflops();
-                    }
-                    try (Session s = e.newSession(model, base.withContextLength(ctx))) {
+                // One session a test, emptied before each run, as llama-bench clears one context's cache between its
+                // repetitions: the KV pages the warm-up touched are the runs' (a session of its own per run had
+                // each pp512 run zero and fault in 16 MiB of new pages, about 0.8% of an F16 run).
+                try (Session s = e.newSession(model, base.withContextLength(ctx))) {
+                    for (int r = -1; r < reps; r++) {
+                        System.err.printf("\rbench %s: %s %d/%d ", test, r < 0 ? "warm-up" : "run", Math.max(0, r + 1),
+                                reps);
+                        int[] ids = new SplittableRandom(42 + r).ints(r < 0 ? warmUp : n, 3, c.vocab()).toArray();
+                        if (r >= 0) {
+                            peaks[r] = e.device().measurePeakGflops();
+                        }
+                        s.truncate(0);
                         s.profile(r >= 0 ? ops : null);
                         long t0 = System.nanoTime();
                         if (pp) {

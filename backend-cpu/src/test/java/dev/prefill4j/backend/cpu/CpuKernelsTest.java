@@ -213,12 +213,18 @@ class CpuKernelsTest {
         }
     }
 
+    /**
+     * Row counts from 8 up take the parallel paths (norms four rows at a time, with a tail; RoPE's angle table, which a
+     * thread keeps between calls), below 8 the calling thread's.
+     */
     @ParameterizedTest
-    @CsvSource({"3,2,8,8,0,10000", "2,4,16,8,5,500000", "1,8,64,64,1000,10000"})
-    void normsRopeAndSwigluMatchFp64(int rows, int heads, int headDim, int ropeDim, int startPos, float base) {
+    @CsvSource({"3,2,8,8,0,10000,1", "2,4,16,8,5,500000,1", "1,8,64,64,1000,10000,1", "13,2,8,8,7,10000,2",
+            "10,4,16,8,3,500000,1"})
+    void normsRopeAndSwigluMatchFp64(int rows, int heads, int headDim, int ropeDim, int startPos, float base,
+                                     int threads) {
         SplittableRandom rnd = new SplittableRandom(5);
         int width = heads * headDim;
-        try (ComputeDevice d = new CpuBackend().create(new BackendContext(1))) {
+        try (ComputeDevice d = new CpuBackend().create(new BackendContext(threads))) {
             float[] x = random(rnd, rows * width);
             float[] g = random(rnd, width);
             float[] out = new float[rows * width];
@@ -234,26 +240,11 @@ class CpuKernelsTest {
                     assertEquals(x[r * width + i] * s * g[i], out[r * width + i], 1e-5 * Math.abs(x[r * width + i] * s * g[i]) + 1e-6);
                 }
             }
-            float[] q = x.clone();
-            d.rope(q, rows, heads, headDim, ropeDim, startPos, base);
-            for (int r = 0; r < rows; r++) {
-                for (int h = 0; h < heads; h++) {
-                    for (int i = 0; i < headDim / 2; i++) {
-                        int o = r * width + h * headDim + 2 * i;
-                        double x0 = x[o];
-                        double x1 = x[o + 1];
-                        double e0 = x0;
-                        double e1 = x1;
-                        if (2 * i < ropeDim) {
-                            double theta = (startPos + r) * Math.pow(base, -2.0 * i / ropeDim);
-                            e0 = x0 * Math.cos(theta) - x1 * Math.sin(theta);
-                            e1 = x0 * Math.sin(theta) + x1 * Math.cos(theta);
-                        }
-                        assertEquals(e0, q[o], 1e-5);
-                        assertEquals(e1, q[o + 1], 1e-5);
-                    }
-                }
-            }
+            // Then the same positions again (the kept table), fewer of them, and positions one further on.
+            assertRope(d, x, rows, heads, headDim, ropeDim, startPos, base);
+            assertRope(d, x, rows, heads, headDim, ropeDim, startPos, base);
+            assertRope(d, x, Math.max(1, rows - 1), heads, headDim, ropeDim, startPos, base);
+            assertRope(d, x, rows, heads, headDim, ropeDim, startPos + 1, base);
             float[] gate = x.clone();
             float[] up = random(rnd, x.length);
             d.swiglu(gate, up, x.length);
@@ -261,6 +252,34 @@ class CpuKernelsTest {
                 double e = x[i] / (1 + Math.exp(-x[i])) * up[i];
                 assertEquals(e, gate[i], 1e-6 * Math.abs(e) + 1e-7);
             }
+        }
+    }
+
+    private static void assertRope(ComputeDevice d, float[] x, int rows, int heads, int headDim, int ropeDim,
+                                   int startPos, float base) {
+        int width = heads * headDim;
+        float[] q = x.clone();
+        d.rope(q, rows, heads, headDim, ropeDim, startPos, base);
+        for (int r = 0; r < rows; r++) {
+            for (int h = 0; h < heads; h++) {
+                for (int i = 0; i < headDim / 2; i++) {
+                    int o = r * width + h * headDim + 2 * i;
+                    double x0 = x[o];
+                    double x1 = x[o + 1];
+                    double e0 = x0;
+                    double e1 = x1;
+                    if (2 * i < ropeDim) {
+                        double theta = (startPos + r) * Math.pow(base, -2.0 * i / ropeDim);
+                        e0 = x0 * Math.cos(theta) - x1 * Math.sin(theta);
+                        e1 = x0 * Math.sin(theta) + x1 * Math.cos(theta);
+                    }
+                    assertEquals(e0, q[o], 1e-5, "row " + r + " head " + h + " pair " + i);
+                    assertEquals(e1, q[o + 1], 1e-5, "row " + r + " head " + h + " pair " + i);
+                }
+            }
+        }
+        for (int i = rows * width; i < x.length; i++) {
+            assertEquals(x[i], q[i], "rows past " + rows + " untouched");
         }
     }
 
