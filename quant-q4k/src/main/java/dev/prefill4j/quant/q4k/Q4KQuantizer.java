@@ -280,12 +280,12 @@ public final class Q4KQuantizer implements Quantizer {
         IntVector m4 = IntVector.broadcast(IntVector.SPECIES_512, 0xF_0000);
         IntVector m5 = IntVector.broadcast(IntVector.SPECIES_512, 0xF0_0000);
         IntVector m6 = IntVector.broadcast(IntVector.SPECIES_512, 0xF00_0000);
-        for (int k = 0; k < blocks; k++) {
-            long o = offset + (long) k * BYTES;
-            int p = preparedOffset + PREPARED_PER_BLOCK * k;
+        long o = offset;
+        int p = preparedOffset;
+        for (int k = 0; k < blocks; k++, o += BYTES, p += PREPARED_PER_BLOCK) {
             FloatVector sm = KQuants.factors16((IntVector) ByteVector.fromMemorySegment(ByteVector.SPECIES_128, src, o,
                     ByteOrder.LITTLE_ENDIAN).convertShape(VectorOperators.ZERO_EXTEND_B2I, IntVector.SPECIES_512, 0),
-                    Blocks.fp16(src, o), Blocks.fp16(src, o + 2));
+                    src.get(Blocks.I32, o));
             IntVector v = ByteVector.fromMemorySegment(ByteVector.SPECIES_512, src, o + 16, ByteOrder.LITTLE_ENDIAN)
                     .reinterpretAsInts();
             FloatVector tl = ((FloatVector) v.and(m0).convertShape(VectorOperators.I2F, f, 0))
@@ -359,16 +359,16 @@ public final class Q4KQuantizer implements Quantizer {
         FloatVector b1 = a0;
         FloatVector minsB = a0;
         IntVector nibble = IntVector.broadcast(IntVector.SPECIES_512, 0x0F);
-        for (int k = 0; k < blocks; k++) {
-            long o = offset + (long) k * BYTES;
-            int p = preparedOffset + PREPARED_PER_BLOCK * k;
+        long o = offset;
+        int p = preparedOffset;
+        for (int k = 0; k < blocks; k++, o += BYTES, p += PREPARED_PER_BLOCK) {
             FloatVector sm = KQuants.factors16((IntVector) ByteVector.fromMemorySegment(ByteVector.SPECIES_128, src,
                     o, ByteOrder.LITTLE_ENDIAN).convertShape(VectorOperators.ZERO_EXTEND_B2I, IntVector.SPECIES_512, 0),
-                    Blocks.fp16(src, o), Blocks.fp16(src, o + 2));
+                    src.get(Blocks.I32, o));
             FloatVector smB = KQuants.factors16((IntVector) ByteVector.fromMemorySegment(ByteVector.SPECIES_128, src,
                     o + stride, ByteOrder.LITTLE_ENDIAN)
                             .convertShape(VectorOperators.ZERO_EXTEND_B2I, IntVector.SPECIES_512, 0),
-                    Blocks.fp16(src, o + stride), Blocks.fp16(src, o + stride + 2));
+                    src.get(Blocks.I32, o + stride));
             IntVector v0 = ByteVector.fromMemorySegment(ByteVector.SPECIES_512, src, o + 16, ByteOrder.LITTLE_ENDIAN)
                     .reinterpretAsInts();
             IntVector vB0 = ByteVector.fromMemorySegment(ByteVector.SPECIES_512, src, o + stride + 16,
