@@ -30,9 +30,9 @@ import picocli.CommandLine.Option;
 /**
  * {@code prefill4j bench}: prompt processing (ppN) and generation (tgN) speed in the manner of llama-bench: a
  * warm-up (a tg test's of at least {@link #TG_WARM_UP_TOKENS} steps), then {@code -r} timed repetitions in the same
- * session, emptied before each (as llama-bench clears its context's cache), over deterministic random token ids; with the machine's measured FMA peak and read bandwidth,
- * achieved GFLOP/s, bytes per decoded token, peak resident memory, and a verification label from an FP64 reference
- * run of the same configuration.
+ * session, emptied before each (as llama-bench clears its context's cache), over deterministic random token ids;
+ * with the machine's measured FMA peak and read bandwidth, achieved GFLOP/s, bytes per decoded token, peak resident
+ * memory, and a verification label from an FP64 reference run of the same configuration.
  */
 @Command(name = "bench", mixinStandardHelpOptions = true, sortOptions = false,
         description = {"Measure prompt processing (ppN: prefill N tokens) and text generation (tgN: N decode steps) "

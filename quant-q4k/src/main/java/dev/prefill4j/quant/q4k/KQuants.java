@@ -297,7 +297,7 @@ final class KQuants {
      * {@link #factors16(IntVector, float, float)} with {@code d} and {@code dmin} from the super-block's first four
      * bytes read as one little-endian int {@code dAndDmin}: one load where two fp16 reads were (each with its bounds
      * check). With the kernels' offsets stepped instead of multiplied, 1.02-1.09x the Q4_K decode kernel's speed over
-     * 2,048-element rows streamed from memory and 0.99-1.03x with them in L2 (harness outside the repository, one
+     * 2,048-element rows streamed from memory and 0.99-1.02x with them in L2 (harness outside the repository, one
      * thread, alternating in one process; Zen 5 VM, 2026-12-05); in the model ({@code bench -m 1b-q4_k_m.gguf -p 16 -n
      * 64 -r 2 --profile}, four alternating pairs) within the machine's drift: tg64 22.1-26.2 against 22.1-26.4 tok/s,
      * {@code ffn_gate+up} 37.3-38.1% of the step against 37.7-38.5%.
