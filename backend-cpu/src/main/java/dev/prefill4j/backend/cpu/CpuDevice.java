@@ -20,7 +20,8 @@ import jdk.incubator.vector.VectorOperators;
  *
  * <p>GEMM has three shapes. Prefill (six or more activation rows, outputs a multiple of {@link #PANEL}): a task
  * decodes a panel of weight rows once, transposes it K-major into an L2-resident buffer and runs every block of six
- * rows through {@link VectorOps#kernel6x4} (24 accumulators, no horizontal sums; 16-lane vectors), or every block
+ * rows, packed six to a K step once per GEMM, through {@link VectorOps#kernel6x4} (24 accumulators, no horizontal
+ * sums; 16-lane vectors), or every block
  * of four through {@link VectorOps#kernel4x2} (8 accumulators, for AVX2's 16 registers). Decode steps (up to three
  * rows): the format's fused {@code dot}, weights read straight from the model file. Otherwise (odd shapes): weight tiles decoded
  * row-major and dot products four rows at a time, with lane sums in a fixed order. All accumulate each output in a
@@ -440,13 +441,45 @@ final class CpuDevice implements ComputeDevice {
 
     /**
      * Prefill GEMM: tasks are panels of {@code panel} outputs; a task decodes its weight rows once, transposes them
-     * into a K-major panel that stays in L2, and runs every group of six activation rows over it with
-     * {@link VectorOps#kernel6x4}; leftover rows use {@link VectorOps#kernel1x4}.
+     * into a K-major panel that stays in L2, and runs every group of six activation rows ({@link #packRows}) over it
+     * with {@link VectorOps#kernel6x4}; leftover rows use {@link VectorOps#kernel1x4}.
      */
     private void matmulPanels(WeightMatrix w, float[] x, int rows, float[] out, int panel) {
         int n = w.rows();
         PanelPlan plan = new PanelPlan(w, panel);
-        parallelFor(n / panel, pi -> panelProduct(w, plan, x, rows, pi * panel, out, pi * panel, n));
+        float[] xp = packRows(packedRows, x, rows, w.cols(), panel);
+        parallelFor(n / panel, pi -> panelProduct(w, plan, x, xp, w.cols(), rows, pi * panel, out, pi * panel, n, 0,
+                w.cols()));
+    }
+
+    /** Per calling thread: a GEMM's activation rows packed ({@link #packRows}). */
+    private final ThreadLocal<float[]> packedRows = new ThreadLocal<>();
+
+    /**
+     * {@return {@code x}'s full groups of six rows ({@code xStride} floats each) packed for {@link
+     * VectorOps#kernel6x4}: row {@code 6g + j}'s element {@code t} at {@code 6 * (g * xStride + t) + j}}, or null where
+     * the six-row kernel does not run. One pass over the rows, across the workers; every panel's kernels then read one
+     * stream of activations instead of six.
+     */
+    private float[] packRows(ThreadLocal<float[]> perThread, float[] x, int rows, int xStride, int panel) {
+        if (panel != 4 * VectorOps.FLOATS.length() || rows < 6) {
+            return null;
+        }
+        int groups = rows / 6;
+        float[] xp = buffer(perThread, groups * 6 * xStride);
+        parallelFor(groups, g -> {
+            int o = 6 * g * xStride;
+            int r = 6 * g * xStride;
+            for (int t = 0; t < xStride; t++) {
+                xp[o + 6 * t] = x[r + t];
+                xp[o + 6 * t + 1] = x[r + xStride + t];
+                xp[o + 6 * t + 2] = x[r + 2 * xStride + t];
+                xp[o + 6 * t + 3] = x[r + 3 * xStride + t];
+                xp[o + 6 * t + 4] = x[r + 4 * xStride + t];
+                xp[o + 6 * t + 5] = x[r + 5 * xStride + t];
+            }
+        });
+        return xp;
     }
 
     /**
@@ -480,19 +513,21 @@ final class CpuDevice implements ComputeDevice {
      * One panel of the prefill GEMM: {@code out[oo + r * outStride + i] = x[r] . w[o0 + i]} for {@code i < panel},
      * {@code r < rows}.
      */
-    private void panelProduct(WeightMatrix w, PanelPlan plan, float[] x, int rows, int o0, float[] out, int oo,
-            int outStride) {
-        panelProduct(w, plan, x, w.cols(), rows, o0, out, oo, outStride, 0, w.cols());
+    private void panelProduct(WeightMatrix w, PanelPlan plan, float[] x, float[] xp, int rows, int o0, float[] out,
+            int oo, int outStride) {
+        panelProduct(w, plan, x, xp, w.cols(), rows, o0, out, oo, outStride, 0, w.cols());
     }
 
     /**
      * {@link #panelProduct} over columns {@code [kFrom, kTo)} of {@code w} only ({@code kFrom} a multiple of the
      * plan's slice), from activations that hold just those columns, {@code xStride} floats a row: with {@code kFrom >
      * 0} each output continues the sum already in {@code out}, so running the column ranges of a matrix one after
-     * another in order gives the bits of one call over all of them.
+     * another in order gives the bits of one call over all of them. {@code xp}: the same activations' full six-row
+     * groups packed ({@link #packRows}, with the same {@code xStride}), or null where fewer than six rows or the
+     * two-vector panels of 8 lanes run; the rows after the last group are read from {@code x}.
      */
-    private void panelProduct(WeightMatrix w, PanelPlan plan, float[] x, int xStride, int rows, int o0, float[] out,
-            int oo, int outStride, int kFrom, int kTo) {
+    private void panelProduct(WeightMatrix w, PanelPlan plan, float[] x, float[] xp, int xStride, int rows, int o0,
+            float[] out, int oo, int outStride, int kFrom, int kTo) {
         long rowBytes = w.rowBytes();
         int panel = plan.panel();
         int lanes = VectorOps.FLOATS.length();
@@ -531,9 +566,11 @@ final class CpuDevice implements ComputeDevice {
             }
             int r = 0;
             if (panel == 4 * lanes) {
-                for (; r + 6 <= rows; r += 6) {
-                    VectorOps.kernel6x4(rowBuf, wt, len, x, r * xStride + xt, xStride, out, oo + r * outStride,
-                            outStride, t0 > 0);
+                if (xp != null) { // the rows' full groups of six, packed; the rest from x
+                    for (; r + 6 <= rows; r += 6) {
+                        VectorOps.kernel6x4(rowBuf, wt, len, xp, r * xStride + 6 * xt, out, oo + r * outStride,
+                                outStride, t0 > 0);
+                    }
                 }
                 for (; r < rows; r++) {
                     VectorOps.kernel1x4(rowBuf, wt, len, x, r * xStride + xt, out, oo + r * outStride, t0 > 0);
@@ -608,24 +645,49 @@ final class CpuDevice implements ComputeDevice {
         }
         PanelPlan gatePlan = new PanelPlan(gate, panel);
         PanelPlan upPlan = new PanelPlan(up, panel);
-        parallelFor(n / panel, pi -> swiGLUPanel(gate, gatePlan, up, upPlan, x, rows, pi * panel, out, pi * panel, n));
+        float[] xp = packRows(packedRows, x, rows, k, panel);
+        parallelFor(n / panel, pi -> swiGLUPanel(gate, gatePlan, up, upPlan, x, xp, rows, pi * panel, out, pi * panel,
+                n, false));
     }
 
     /**
      * One panel of the fused gate/up product: gate's outputs {@code o0..o0+panel} into {@code out} ({@code oo},
      * {@code outStride} a row), up's into the thread's {@code [rows][panel]} tile, then SwiGLU of the two into {@code
-     * out}.
+     * out}. With {@code packedOut}, gate's outputs go to a second tile and the SwiGLU values into {@code out} as
+     * {@link #packRows} lays out {@code [rows][outStride]}: the full six-row groups packed, the rows after them
+     * row-major after the groups (where they are in the row-major layout too).
      */
     private void swiGLUPanel(WeightMatrix gate, PanelPlan gatePlan, WeightMatrix up, PanelPlan upPlan, float[] x,
-            int rows, int o0, float[] out, int oo, int outStride) {
+            float[] xp, int rows, int o0, float[] out, int oo, int outStride, boolean packedOut) {
         int panel = gatePlan.panel();
         float[] tile = buffer(epilogueBuffer, rows * panel);
-        panelProduct(gate, gatePlan, x, rows, o0, out, oo, outStride);
-        panelProduct(up, upPlan, x, rows, o0, tile, 0, panel);
+        if (!packedOut) {
+            panelProduct(gate, gatePlan, x, xp, rows, o0, out, oo, outStride);
+            panelProduct(up, upPlan, x, xp, rows, o0, tile, 0, panel);
+            for (int r = 0; r < rows; r++) {
+                VectorOps.swiglu(out, r * outStride + oo, tile, r * panel, panel);
+            }
+            return;
+        }
+        float[] gates = buffer(gateTileBuffer, rows * panel);
+        panelProduct(gate, gatePlan, x, xp, rows, o0, gates, 0, panel);
+        panelProduct(up, upPlan, x, xp, rows, o0, tile, 0, panel);
+        int grouped = rows / 6 * 6;
         for (int r = 0; r < rows; r++) {
-            VectorOps.swiglu(out, r * outStride + oo, tile, r * panel, panel);
+            VectorOps.swiglu(gates, r * panel, tile, r * panel, panel);
+            if (r < grouped) {
+                int base = 6 * ((r / 6) * outStride + oo) + r % 6;
+                for (int i = 0; i < panel; i++) {
+                    out[base + 6 * i] = gates[r * panel + i];
+                }
+            } else {
+                System.arraycopy(gates, r * panel, out, r * outStride + oo, panel);
+            }
         }
     }
+
+    /** Per worker thread: a panel's gate products when SwiGLU's values are written packed. */
+    private final ThreadLocal<float[]> gateTileBuffer = new ThreadLocal<>();
 
     /**
      * One K slice of the down matrix's panel plan (2,048 columns with 16 lanes, 8,192 with 8, 16,384 with 4) where
@@ -666,12 +728,16 @@ final class CpuDevice implements ComputeDevice {
         PanelPlan gatePlan = new PanelPlan(gate, panel);
         PanelPlan upPlan = new PanelPlan(up, panel);
         PanelPlan downPlan = new PanelPlan(down, panel);
+        float[] xp = packRows(packedRows, x, rows, gate.cols(), panel);
+        // With packing, SwiGLU writes the hidden block packed: the down matrix's kernels read it as they are, and the
+        // rows after the last six-row group stay row-major for the one-row kernel.
+        boolean packed = xp != null;
         for (int j0 = 0; j0 < ffn; j0 += block) {
             int j = j0;
-            parallelFor(block / panel, pi -> swiGLUPanel(gate, gatePlan, up, upPlan, x, rows, j + pi * panel, hidden,
-                    pi * panel, block));
-            parallelFor(dim / panel, pi -> panelProduct(down, downPlan, hidden, block, rows, pi * panel, out,
-                    pi * panel, dim, j, j + block));
+            parallelFor(block / panel, pi -> swiGLUPanel(gate, gatePlan, up, upPlan, x, xp, rows, j + pi * panel,
+                    hidden, pi * panel, block, packed));
+            parallelFor(dim / panel, pi -> panelProduct(down, downPlan, hidden, packed ? hidden : null, block, rows,
+                    pi * panel, out, pi * panel, dim, j, j + block));
         }
     }
 

@@ -142,14 +142,20 @@ final class VectorOps {
         out[o3 + 3] = finish(a33, w, wo + 3 * n, x, xo + 3 * n, i, n, lanes);
     }
 
+
     /**
      * The prefill micro-kernel over a transposed weight panel {@code wt[wo + t * 4L + i]} (K-major, four vectors of
-     * outputs wide): six activation rows times four vectors of outputs, 24 accumulators in registers, no horizontal
-     * sums; each step loads 4 weight vectors and 6 activations for 24 FMAs. Each output is accumulated over k in order
-     * with FMA, so results do not depend on the JIT. Writes {@code out[oo + j * outStride + i]}, j &lt; 6, i &lt; 4L;
-     * with {@code add}, continues from the sums already there (the next slice of K), so slicing K keeps the bits.
+     * outputs wide) and six activation rows packed to a K step ({@code x[xo + 6 * t + j]} is row {@code j}'s element
+     * {@code t}; {@link CpuDevice} packs a GEMM's rows once): six rows times four vectors of outputs, 24 accumulators in
+     * registers, no horizontal sums; each step loads 4 weight vectors and broadcasts 6 activations, from 24 consecutive
+     * bytes, for 24 FMAs. Each output is accumulated over k in order with FMA, so results do not depend on the JIT.
+     * Writes {@code out[oo + j * outStride + i]}, j &lt; 6, i &lt; 4L; with {@code add}, continues from the sums
+     * already there (the next slice of K), so slicing K keeps the bits. Read from the rows where they are (six rows
+     * {@code K} floats apart), the same FMAs ran slower in the model: F16 pp512 at 62.4-71.4% of the FMA peak
+     * measured right before each run against 66.4-74.7% packed, in thirteen alternating pairs over three forms of the
+     * change, twelve in favour of packing (2026-12-05, Zen 5 VM; docs/performance-notes.md, Kernels).
      */
-    static void kernel6x4(float[] wt, int wo, int k, float[] x, int xo, int xStride, float[] out, int oo,
+    static void kernel6x4(float[] wt, int wo, int k, float[] x, int xo, float[] out, int oo,
                           int outStride, boolean add) {
         int l = FLOATS.length();
         float[] s = add ? out : ZEROS;
@@ -168,32 +174,32 @@ final class VectorOps {
             FloatVector w1 = FloatVector.fromArray(FLOATS, wt, w + l);
             FloatVector w2 = FloatVector.fromArray(FLOATS, wt, w + 2 * l);
             FloatVector w3 = FloatVector.fromArray(FLOATS, wt, w + 3 * l);
-            FloatVector x0 = FloatVector.broadcast(FLOATS, x[xo + 0 * xStride + t]);
+            FloatVector x0 = FloatVector.broadcast(FLOATS, x[xo + 6 * t + 0]);
             c00 = w0.fma(x0, c00);
             c01 = w1.fma(x0, c01);
             c02 = w2.fma(x0, c02);
             c03 = w3.fma(x0, c03);
-            FloatVector x1 = FloatVector.broadcast(FLOATS, x[xo + 1 * xStride + t]);
+            FloatVector x1 = FloatVector.broadcast(FLOATS, x[xo + 6 * t + 1]);
             c10 = w0.fma(x1, c10);
             c11 = w1.fma(x1, c11);
             c12 = w2.fma(x1, c12);
             c13 = w3.fma(x1, c13);
-            FloatVector x2 = FloatVector.broadcast(FLOATS, x[xo + 2 * xStride + t]);
+            FloatVector x2 = FloatVector.broadcast(FLOATS, x[xo + 6 * t + 2]);
             c20 = w0.fma(x2, c20);
             c21 = w1.fma(x2, c21);
             c22 = w2.fma(x2, c22);
             c23 = w3.fma(x2, c23);
-            FloatVector x3 = FloatVector.broadcast(FLOATS, x[xo + 3 * xStride + t]);
+            FloatVector x3 = FloatVector.broadcast(FLOATS, x[xo + 6 * t + 3]);
             c30 = w0.fma(x3, c30);
             c31 = w1.fma(x3, c31);
             c32 = w2.fma(x3, c32);
             c33 = w3.fma(x3, c33);
-            FloatVector x4 = FloatVector.broadcast(FLOATS, x[xo + 4 * xStride + t]);
+            FloatVector x4 = FloatVector.broadcast(FLOATS, x[xo + 6 * t + 4]);
             c40 = w0.fma(x4, c40);
             c41 = w1.fma(x4, c41);
             c42 = w2.fma(x4, c42);
             c43 = w3.fma(x4, c43);
-            FloatVector x5 = FloatVector.broadcast(FLOATS, x[xo + 5 * xStride + t]);
+            FloatVector x5 = FloatVector.broadcast(FLOATS, x[xo + 6 * t + 5]);
             c50 = w0.fma(x5, c50);
             c51 = w1.fma(x5, c51);
             c52 = w2.fma(x5, c52);

@@ -65,7 +65,9 @@ class CpuKernelsTest {
     @CsvSource({"1,1,7,1", "1,5,64,2", "13,37,172,2", "64,256,256,2", "3,9,31,1", "130,68,100,2", "6,64,33,1",
         "13,128,172,2", "7,192,256,2",
         // K above one panel slice (2,048 steps of a 64-wide panel): kernels continue from the sums of the slice before.
-        "13,64,4500,2"})
+        "13,64,4500,2",
+        // Two panels of 16 lanes over K in two slices, rows packed six to a K step and one left over.
+        "7,128,2100,1"})
     void matmulMatchesFp64(int rows, int n, int k, int threads) {
         SplittableRandom rnd = new SplittableRandom(rows * 31L + n * 7L + k);
         float[] w = random(rnd, n * k);
@@ -493,7 +495,7 @@ class CpuKernelsTest {
         if (rows == 4) {
             VectorOps.kernel4x2(wt, 3, k, x, 2, xStride, out, 0, outStride, true);
         } else if (rows == 6) {
-            VectorOps.kernel6x4(wt, 3, k, x, 2, xStride, out, 0, outStride, true);
+            VectorOps.kernel6x4(wt, 3, k, packSix(x, 2, xStride, k, 1), 1, out, 0, outStride, true);
         } else if (vectors == 2) {
             VectorOps.kernel1x2(wt, 3, k, x, 2, out, 0, true);
         } else {
@@ -509,6 +511,55 @@ class CpuKernelsTest {
                 double mag = Math.abs(ref);
                 for (int t = 0; t < k; t++) {
                     double p = (double) wt[3 + t * panel + i] * x[2 + j * xStride + t];
+                    ref += p;
+                    mag += Math.abs(p);
+                }
+                assertEquals(ref, out[j * outStride + i], 1e-5 * mag, "row " + j + " output " + i);
+            }
+        }
+    }
+
+    /** {@code x}'s six rows ({@code xStride} apart from {@code xo}, {@code k} elements) packed six to a K step. */
+    private static float[] packSix(float[] x, int xo, int xStride, int k, int at) {
+        float[] packed = new float[at + 6 * k];
+        for (int j = 0; j < 6; j++) {
+            for (int t = 0; t < k; t++) {
+                packed[at + 6 * t + j] = x[xo + j * xStride + t];
+            }
+        }
+        return packed;
+    }
+
+    /**
+     * The six-row kernel over packed rows, starting from zero or continuing from sums in the output, against FP64
+     * (tolerance of {@link #matmulMatchesFp64}); outputs outside the tile stay untouched.
+     */
+    @ParameterizedTest
+    @CsvSource({"37,true", "37,false", "300,true", "300,false"})
+    void sixRowKernelOverPackedRowsMatchesFp64(int k, boolean add) {
+        int l = VectorOps.FLOATS.length();
+        int panel = 4 * l;
+        int outStride = panel + 3;
+        int xStride = k + 5;
+        SplittableRandom r = new SplittableRandom(k * 2L + (add ? 1 : 0));
+        float[] wt = random(r, 3 + k * panel);
+        float[] x = random(r, 6 * xStride);
+        float[] start = random(r, 6 * outStride);
+        float[] out = start.clone();
+        for (int j = 0; j < 6; j++) {
+            Arrays.fill(out, j * outStride + panel, (j + 1) * outStride, Float.NaN);
+        }
+        VectorOps.kernel6x4(wt, 3, k, packSix(x, 1, xStride, k, 2), 2, out, 0, outStride, add);
+        for (int j = 0; j < 6; j++) {
+            for (int i = 0; i < outStride; i++) {
+                if (i >= panel) {
+                    assertTrue(Float.isNaN(out[j * outStride + i]), "row " + j + " element " + i + " written");
+                    continue;
+                }
+                double ref = add ? start[j * outStride + i] : 0;
+                double mag = Math.abs(ref);
+                for (int t = 0; t < k; t++) {
+                    double p = (double) wt[3 + t * panel + i] * x[1 + j * xStride + t];
                     ref += p;
                     mag += Math.abs(p);
                 }
