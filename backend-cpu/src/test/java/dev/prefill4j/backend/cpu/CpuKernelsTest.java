@@ -501,6 +501,16 @@ class CpuKernelsTest {
         } else {
             VectorOps.kernel1x4(wt, 3, k, x, 2, out, 0, true);
         }
+        assertTileMatchesFp64(wt, 3, panel, k, x, 2, xStride, start, out, outStride, rows);
+    }
+
+    /**
+     * {@code out}'s {@code rows} x {@code panel} tile ({@code outStride} a row) is {@code start} plus the FP64 products
+     * of the panel at {@code wt[wo + t * panel + i]} with the rows at {@code x[xo + j * xStride + t]} (tolerance of
+     * {@link #matmulMatchesFp64}); the rest of each row is untouched (NaN).
+     */
+    private static void assertTileMatchesFp64(float[] wt, int wo, int panel, int k, float[] x, int xo, int xStride,
+                                              float[] start, float[] out, int outStride, int rows) {
         for (int j = 0; j < rows; j++) {
             for (int i = 0; i < outStride; i++) {
                 if (i >= panel) {
@@ -510,7 +520,7 @@ class CpuKernelsTest {
                 double ref = start[j * outStride + i];
                 double mag = Math.abs(ref);
                 for (int t = 0; t < k; t++) {
-                    double p = (double) wt[3 + t * panel + i] * x[2 + j * xStride + t];
+                    double p = (double) wt[wo + t * panel + i] * x[xo + j * xStride + t];
                     ref += p;
                     mag += Math.abs(p);
                 }
@@ -550,22 +560,7 @@ class CpuKernelsTest {
             Arrays.fill(out, j * outStride + panel, (j + 1) * outStride, Float.NaN);
         }
         VectorOps.kernel6x4(wt, 3, k, packSix(x, 1, xStride, k, 2), 2, out, 0, outStride, add);
-        for (int j = 0; j < 6; j++) {
-            for (int i = 0; i < outStride; i++) {
-                if (i >= panel) {
-                    assertTrue(Float.isNaN(out[j * outStride + i]), "row " + j + " element " + i + " written");
-                    continue;
-                }
-                double ref = add ? start[j * outStride + i] : 0;
-                double mag = Math.abs(ref);
-                for (int t = 0; t < k; t++) {
-                    double p = (double) wt[3 + t * panel + i] * x[1 + j * xStride + t];
-                    ref += p;
-                    mag += Math.abs(p);
-                }
-                assertEquals(ref, out[j * outStride + i], 1e-5 * mag, "row " + j + " output " + i);
-            }
-        }
+        assertTileMatchesFp64(wt, 3, panel, k, x, 1, xStride, add ? start : new float[start.length], out, outStride, 6);
     }
 
     /** A 16 x 16 tile of the prefill panels' transposition lands each element at its mirrored place, no other. */
