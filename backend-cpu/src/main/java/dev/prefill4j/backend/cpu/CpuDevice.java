@@ -21,11 +21,10 @@ import jdk.incubator.vector.VectorOperators;
  * <p>GEMM has three shapes. Prefill (six or more activation rows, outputs a multiple of {@link #PANEL}): a task
  * decodes a panel of weight rows once, transposes it K-major into an L2-resident buffer and runs every block of six
  * rows, packed six to a K step once per GEMM, through {@link VectorOps#kernel6x4} (24 accumulators, no horizontal
- * sums; 16-lane vectors), or every block
- * of four through {@link VectorOps#kernel4x2} (8 accumulators, for AVX2's 16 registers). Decode steps (up to three
- * rows): the format's fused {@code dot}, weights read straight from the model file. Otherwise (odd shapes): weight tiles decoded
- * row-major and dot products four rows at a time, with lane sums in a fixed order. All accumulate each output in a
- * fixed order, so results do not depend on JIT warm-up.
+ * sums; 16-lane vectors), or every block of four through {@link VectorOps#kernel4x2} (8 accumulators, for AVX2's 16
+ * registers). Decode steps (up to three rows): the format's fused {@code dot}, weights read straight from the model
+ * file. Otherwise (odd shapes): weight tiles decoded row-major and dot products four rows at a time, with lane sums in
+ * a fixed order. All accumulate each output in a fixed order, so results do not depend on JIT warm-up.
  */
 final class CpuDevice implements ComputeDevice {
     /** Bytes of decoded weights per tile: small enough to stay in L2 while all activation rows pass over it. */
@@ -447,39 +446,62 @@ final class CpuDevice implements ComputeDevice {
     private void matmulPanels(WeightMatrix w, float[] x, int rows, float[] out, int panel) {
         int n = w.rows();
         PanelPlan plan = new PanelPlan(w, panel);
-        float[] xp = packRows(packedRows, x, rows, w.cols(), panel);
-        parallelFor(n / panel, pi -> panelProduct(w, plan, x, xp, w.cols(), rows, pi * panel, out, pi * panel, n, 0,
-                w.cols()));
+        boolean packed = packRows(x, rows, w.cols(), panel);
+        parallelFor(n / panel, pi -> panelProduct(w, plan, x, packed, w.cols(), rows, pi * panel, out, pi * panel, n,
+                0, w.cols()));
+        if (packed) {
+            unpackRows(x, rows, w.cols());
+        }
     }
 
-    /** Per calling thread: a GEMM's activation rows packed ({@link #packRows}). */
-    private final ThreadLocal<float[]> packedRows = new ThreadLocal<>();
+    /** Per worker thread: one six-row group while {@link #packRows} rearranges it. */
+    private final ThreadLocal<float[]> groupBuffer = new ThreadLocal<>();
 
     /**
-     * {@return {@code x}'s full groups of six rows ({@code xStride} floats each) packed for {@link
-     * VectorOps#kernel6x4}: row {@code 6g + j}'s element {@code t} at {@code 6 * (g * xStride + t) + j}}, or null where
-     * the six-row kernel does not run. One pass over the rows, across the workers; every panel's kernels then read one
-     * stream of activations instead of six.
+     * Rearranges {@code x}'s full groups of six rows ({@code xStride} floats each) in place for {@link
+     * VectorOps#kernel6x4}: row {@code 6g + j}'s element {@code t} to {@code 6 * (g * xStride + t) + j}, the group's
+     * own span; the rows after the last group stay where they are. One pass across the workers; every panel's kernels
+     * then read one stream of activations instead of six. In place, so that it costs no memory beside a group per
+     * thread (a copy of the rows took 2-4 MiB more, and the 1B Q4_0 file's peak past its aim); {@link #unpackRows}
+     * puts the rows back before the product returns.
+     *
+     * @return whether the rows were packed: false where the six-row kernel does not run
      */
-    private float[] packRows(ThreadLocal<float[]> perThread, float[] x, int rows, int xStride, int panel) {
+    private boolean packRows(float[] x, int rows, int xStride, int panel) {
         if (panel != 4 * VectorOps.FLOATS.length() || rows < 6) {
-            return null;
+            return false;
         }
-        int groups = rows / 6;
-        float[] xp = buffer(perThread, groups * 6 * xStride);
-        parallelFor(groups, g -> {
-            int o = 6 * g * xStride;
-            int r = 6 * g * xStride;
+        parallelFor(rows / 6, g -> {
+            int base = 6 * g * xStride; // where the group starts in both layouts
+            float[] group = buffer(groupBuffer, 6 * xStride);
+            System.arraycopy(x, base, group, 0, 6 * xStride);
             for (int t = 0; t < xStride; t++) {
-                xp[o + 6 * t] = x[r + t];
-                xp[o + 6 * t + 1] = x[r + xStride + t];
-                xp[o + 6 * t + 2] = x[r + 2 * xStride + t];
-                xp[o + 6 * t + 3] = x[r + 3 * xStride + t];
-                xp[o + 6 * t + 4] = x[r + 4 * xStride + t];
-                xp[o + 6 * t + 5] = x[r + 5 * xStride + t];
+                x[base + 6 * t] = group[t];
+                x[base + 6 * t + 1] = group[xStride + t];
+                x[base + 6 * t + 2] = group[2 * xStride + t];
+                x[base + 6 * t + 3] = group[3 * xStride + t];
+                x[base + 6 * t + 4] = group[4 * xStride + t];
+                x[base + 6 * t + 5] = group[5 * xStride + t];
             }
         });
-        return xp;
+        return true;
+    }
+
+    /** Undoes {@link #packRows}: {@code x}'s full six-row groups back to rows. */
+    private void unpackRows(float[] x, int rows, int xStride) {
+        parallelFor(rows / 6, g -> {
+            int base = 6 * g * xStride;
+            float[] group = buffer(groupBuffer, 6 * xStride);
+            System.arraycopy(x, base, group, 0, 6 * xStride);
+            for (int t = 0; t < xStride; t++) {
+                x[base + t] = group[6 * t];
+                x[base + xStride + t] = group[6 * t + 1];
+                x[base + 2 * xStride + t] = group[6 * t + 2];
+                x[base + 3 * xStride + t] = group[6 * t + 3];
+                x[base + 4 * xStride + t] = group[6 * t + 4];
+                x[base + 5 * xStride + t] = group[6 * t + 5];
+            }
+        });
     }
 
     /**
@@ -513,20 +535,20 @@ final class CpuDevice implements ComputeDevice {
      * One panel of the prefill GEMM: {@code out[oo + r * outStride + i] = x[r] . w[o0 + i]} for {@code i < panel},
      * {@code r < rows}.
      */
-    private void panelProduct(WeightMatrix w, PanelPlan plan, float[] x, float[] xp, int rows, int o0, float[] out,
-            int oo, int outStride) {
-        panelProduct(w, plan, x, xp, w.cols(), rows, o0, out, oo, outStride, 0, w.cols());
+    private void panelProduct(WeightMatrix w, PanelPlan plan, float[] x, boolean packed, int rows, int o0,
+            float[] out, int oo, int outStride) {
+        panelProduct(w, plan, x, packed, w.cols(), rows, o0, out, oo, outStride, 0, w.cols());
     }
 
     /**
      * {@link #panelProduct} over columns {@code [kFrom, kTo)} of {@code w} only ({@code kFrom} a multiple of the
      * plan's slice), from activations that hold just those columns, {@code xStride} floats a row: with {@code kFrom >
      * 0} each output continues the sum already in {@code out}, so running the column ranges of a matrix one after
-     * another in order gives the bits of one call over all of them. {@code xp}: the same activations' full six-row
-     * groups packed ({@link #packRows}, with the same {@code xStride}), or null where fewer than six rows or the
-     * two-vector panels of 8 lanes run; the rows after the last group are read from {@code x}.
+     * another in order gives the bits of one call over all of them. {@code packed}: whether {@code x}'s full six-row
+     * groups are packed ({@link #packRows}, with the same {@code xStride}); false where fewer than six rows or the
+     * two-vector panels of 8 lanes run. The rows after the last group are rows either way.
      */
-    private void panelProduct(WeightMatrix w, PanelPlan plan, float[] x, float[] xp, int xStride, int rows, int o0,
+    private void panelProduct(WeightMatrix w, PanelPlan plan, float[] x, boolean packed, int xStride, int rows, int o0,
             float[] out, int oo, int outStride, int kFrom, int kTo) {
         long rowBytes = w.rowBytes();
         int panel = plan.panel();
@@ -566,9 +588,9 @@ final class CpuDevice implements ComputeDevice {
             }
             int r = 0;
             if (panel == 4 * lanes) {
-                if (xp != null) { // the rows' full groups of six, packed; the rest from x
+                if (packed) { // the rows' full groups of six; the rest one at a time
                     for (; r + 6 <= rows; r += 6) {
-                        VectorOps.kernel6x4(rowBuf, wt, len, xp, r * xStride + 6 * xt, out, oo + r * outStride,
+                        VectorOps.kernel6x4(rowBuf, wt, len, x, r * xStride + 6 * xt, out, oo + r * outStride,
                                 outStride, t0 > 0);
                     }
                 }
@@ -645,9 +667,12 @@ final class CpuDevice implements ComputeDevice {
         }
         PanelPlan gatePlan = new PanelPlan(gate, panel);
         PanelPlan upPlan = new PanelPlan(up, panel);
-        float[] xp = packRows(packedRows, x, rows, k, panel);
-        parallelFor(n / panel, pi -> swiGLUPanel(gate, gatePlan, up, upPlan, x, xp, rows, pi * panel, out, pi * panel,
-                n, false));
+        boolean packed = packRows(x, rows, k, panel);
+        parallelFor(n / panel, pi -> swiGLUPanel(gate, gatePlan, up, upPlan, x, packed, rows, pi * panel, out,
+                pi * panel, n, false));
+        if (packed) {
+            unpackRows(x, rows, k);
+        }
     }
 
     /**
@@ -658,20 +683,20 @@ final class CpuDevice implements ComputeDevice {
      * row-major after the groups (where they are in the row-major layout too).
      */
     private void swiGLUPanel(WeightMatrix gate, PanelPlan gatePlan, WeightMatrix up, PanelPlan upPlan, float[] x,
-            float[] xp, int rows, int o0, float[] out, int oo, int outStride, boolean packedOut) {
+            boolean packed, int rows, int o0, float[] out, int oo, int outStride, boolean packedOut) {
         int panel = gatePlan.panel();
         float[] tile = buffer(epilogueBuffer, rows * panel);
         if (!packedOut) {
-            panelProduct(gate, gatePlan, x, xp, rows, o0, out, oo, outStride);
-            panelProduct(up, upPlan, x, xp, rows, o0, tile, 0, panel);
+            panelProduct(gate, gatePlan, x, packed, rows, o0, out, oo, outStride);
+            panelProduct(up, upPlan, x, packed, rows, o0, tile, 0, panel);
             for (int r = 0; r < rows; r++) {
                 VectorOps.swiglu(out, r * outStride + oo, tile, r * panel, panel);
             }
             return;
         }
         float[] gates = buffer(gateTileBuffer, rows * panel);
-        panelProduct(gate, gatePlan, x, xp, rows, o0, gates, 0, panel);
-        panelProduct(up, upPlan, x, xp, rows, o0, tile, 0, panel);
+        panelProduct(gate, gatePlan, x, packed, rows, o0, gates, 0, panel);
+        panelProduct(up, upPlan, x, packed, rows, o0, tile, 0, panel);
         int grouped = rows / 6 * 6;
         for (int r = 0; r < rows; r++) {
             VectorOps.swiglu(gates, r * panel, tile, r * panel, panel);
@@ -728,16 +753,18 @@ final class CpuDevice implements ComputeDevice {
         PanelPlan gatePlan = new PanelPlan(gate, panel);
         PanelPlan upPlan = new PanelPlan(up, panel);
         PanelPlan downPlan = new PanelPlan(down, panel);
-        float[] xp = packRows(packedRows, x, rows, gate.cols(), panel);
-        // With packing, SwiGLU writes the hidden block packed: the down matrix's kernels read it as they are, and the
+        // With packing, SwiGLU writes the hidden block packed: the down matrix's kernels read it as it is, and the
         // rows after the last six-row group stay row-major for the one-row kernel.
-        boolean packed = xp != null;
+        boolean packed = packRows(x, rows, gate.cols(), panel);
         for (int j0 = 0; j0 < ffn; j0 += block) {
             int j = j0;
-            parallelFor(block / panel, pi -> swiGLUPanel(gate, gatePlan, up, upPlan, x, xp, rows, j + pi * panel,
+            parallelFor(block / panel, pi -> swiGLUPanel(gate, gatePlan, up, upPlan, x, packed, rows, j + pi * panel,
                     hidden, pi * panel, block, packed));
-            parallelFor(dim / panel, pi -> panelProduct(down, downPlan, hidden, packed ? hidden : null, block, rows,
-                    pi * panel, out, pi * panel, dim, j, j + block));
+            parallelFor(dim / panel, pi -> panelProduct(down, downPlan, hidden, packed, block, rows, pi * panel, out,
+                    pi * panel, dim, j, j + block));
+        }
+        if (packed) {
+            unpackRows(x, rows, gate.cols());
         }
     }
 

@@ -142,7 +142,6 @@ final class VectorOps {
         out[o3 + 3] = finish(a33, w, wo + 3 * n, x, xo + 3 * n, i, n, lanes);
     }
 
-
     /**
      * The prefill micro-kernel over a transposed weight panel {@code wt[wo + t * 4L + i]} (K-major, four vectors of
      * outputs wide) and six activation rows packed to a K step ({@code x[xo + 6 * t + j]} is row {@code j}'s element
@@ -155,8 +154,8 @@ final class VectorOps {
      * measured right before each run against 66.4-74.7% packed, in thirteen alternating pairs over three forms of the
      * change, twelve in favour of packing (2026-12-05, Zen 5 VM; docs/performance-notes.md, Kernels).
      */
-    static void kernel6x4(float[] wt, int wo, int k, float[] x, int xo, float[] out, int oo,
-                          int outStride, boolean add) {
+    static void kernel6x4(float[] wt, int wo, int k, float[] x, int xo, float[] out, int oo, int outStride,
+                          boolean add) {
         int l = FLOATS.length();
         float[] s = add ? out : ZEROS;
         int so = add ? oo : 0;

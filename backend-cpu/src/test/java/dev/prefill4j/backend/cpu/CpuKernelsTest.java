@@ -1,5 +1,6 @@
 package dev.prefill4j.backend.cpu;
 
+import static org.junit.jupiter.api.Assertions.assertArrayEquals;
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
@@ -76,9 +77,11 @@ class CpuKernelsTest {
         MemorySegment.copy(w, 0, data, F32, 0, w.length);
         float[] out = new float[rows * n];
         Arrays.fill(out, Float.NaN);
+        float[] given = x.clone();
         try (ComputeDevice d = new CpuBackend().create(new BackendContext(threads))) {
             d.matmul(new WeightMatrix("w", new TestF32(), data, n, k), x, rows, out);
         }
+        assertArrayEquals(given, x, "the activations as they were given (prefill packs rows in place, then back)");
         for (int r = 0; r < rows; r++) {
             for (int o = 0; o < n; o++) {
                 double ref = 0;
@@ -167,7 +170,9 @@ class CpuKernelsTest {
             assertEquals(slice < ffn ? slice : ffn, block, "one K slice of the down matrix's panels");
             float[] hidden = new float[rows * block];
             Arrays.fill(hidden, Float.NaN);
+            float[] given = x.clone();
             d.feedForward(gate, up, down, x, rows, hidden, blocked);
+            assertArrayEquals(given, x, "the activations as they were given");
             float[] whole = new float[rows * ffn];
             d.matmulSwiGLU(gate, up, x, rows, whole);
             d.matmul(down, whole, rows, expected);
