@@ -447,10 +447,11 @@ final class CpuDevice implements ComputeDevice {
         int n = w.rows();
         PanelPlan plan = new PanelPlan(w, panel);
         boolean packed = packRows(x, rows, w.cols(), panel);
-        parallelFor(n / panel, pi -> panelProduct(w, plan, x, packed, w.cols(), rows, pi * panel, out, pi * panel, n,
-                0, w.cols()));
-        if (packed) {
-            unpackRows(x, rows, w.cols());
+        try {
+            parallelFor(n / panel, pi -> panelProduct(w, plan, x, packed, w.cols(), rows, pi * panel, out, pi * panel,
+                    n, 0, w.cols()));
+        } finally {
+            unpackRows(packed, x, rows, w.cols());
         }
     }
 
@@ -487,8 +488,11 @@ final class CpuDevice implements ComputeDevice {
         return true;
     }
 
-    /** Undoes {@link #packRows}: {@code x}'s full six-row groups back to rows. */
-    private void unpackRows(float[] x, int rows, int xStride) {
+    /** Undoes {@link #packRows} where it {@code packed}: {@code x}'s full six-row groups back to rows. */
+    private void unpackRows(boolean packed, float[] x, int rows, int xStride) {
+        if (!packed) {
+            return;
+        }
         parallelFor(rows / 6, g -> {
             int base = 6 * g * xStride;
             float[] group = buffer(groupBuffer, 6 * xStride);
@@ -668,10 +672,11 @@ final class CpuDevice implements ComputeDevice {
         PanelPlan gatePlan = new PanelPlan(gate, panel);
         PanelPlan upPlan = new PanelPlan(up, panel);
         boolean packed = packRows(x, rows, k, panel);
-        parallelFor(n / panel, pi -> swiGLUPanel(gate, gatePlan, up, upPlan, x, packed, rows, pi * panel, out,
-                pi * panel, n, false));
-        if (packed) {
-            unpackRows(x, rows, k);
+        try {
+            parallelFor(n / panel, pi -> swiGLUPanel(gate, gatePlan, up, upPlan, x, packed, rows, pi * panel, out,
+                    pi * panel, n, false));
+        } finally {
+            unpackRows(packed, x, rows, k);
         }
     }
 
@@ -756,15 +761,16 @@ final class CpuDevice implements ComputeDevice {
         // With packing, SwiGLU writes the hidden block packed: the down matrix's kernels read it as it is, and the
         // rows after the last six-row group stay row-major for the one-row kernel.
         boolean packed = packRows(x, rows, gate.cols(), panel);
-        for (int j0 = 0; j0 < ffn; j0 += block) {
-            int j = j0;
-            parallelFor(block / panel, pi -> swiGLUPanel(gate, gatePlan, up, upPlan, x, packed, rows, j + pi * panel,
-                    hidden, pi * panel, block, packed));
-            parallelFor(dim / panel, pi -> panelProduct(down, downPlan, hidden, packed, block, rows, pi * panel, out,
-                    pi * panel, dim, j, j + block));
-        }
-        if (packed) {
-            unpackRows(x, rows, gate.cols());
+        try {
+            for (int j0 = 0; j0 < ffn; j0 += block) {
+                int j = j0;
+                parallelFor(block / panel, pi -> swiGLUPanel(gate, gatePlan, up, upPlan, x, packed, rows,
+                        j + pi * panel, hidden, pi * panel, block, packed));
+                parallelFor(dim / panel, pi -> panelProduct(down, downPlan, hidden, packed, block, rows, pi * panel,
+                        out, pi * panel, dim, j, j + block));
+            }
+        } finally {
+            unpackRows(packed, x, rows, gate.cols());
         }
     }
 
