@@ -27,14 +27,15 @@ import org.openjdk.jmh.annotations.Warmup;
  * The CPU backend's matrix product per weight format, on a 2048 x 2048 weight matrix (the Llama-3.2-1B hidden size)
  * against {@code rows} activation rows: 1 is a decode step, 64 and 512 prefill. The {@code flops} counter (2 per
  * multiply-add) per second is the achieved FLOP/s; compare it with {@link FmaPeakBenchmark} run the same way.
- * Weights are Gaussian, encoded by the format's own quantizer.
+ * Weights are Gaussian, encoded by the format's own quantizer. The fork grants native access, as the launcher does,
+ * so that the backend starts its kernels' buffers on cache lines (its {@code LineAlignment}).
  */
 @State(Scope.Benchmark)
 @BenchmarkMode(Mode.Throughput)
 @OutputTimeUnit(TimeUnit.SECONDS)
 @Warmup(iterations = 2, time = 2)
 @Measurement(iterations = 3, time = 2)
-@Fork(value = 1, jvmArgsAppend = "--add-modules=jdk.incubator.vector")
+@Fork(value = 1, jvmArgsAppend = {"--add-modules=jdk.incubator.vector", "--enable-native-access=ALL-UNNAMED"})
 public class MatmulBenchmark {
     static final int N = 2048;
     static final int K = 2048;

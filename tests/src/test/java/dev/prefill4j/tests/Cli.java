@@ -40,7 +40,8 @@ final class Cli {
     /** {@link #run(String...)} with {@code env} added to the environment (e.g. a locale). */
     static Result run(java.util.Map<String, String> env, String... args) throws IOException, InterruptedException {
         List<String> cmd = new ArrayList<>(List.of(Path.of(System.getProperty("java.home"), "bin", "java").toString(),
-                "--enable-native-access=dev.prefill4j.kvstore.ssd", // as the launcher: huge pages under KV reads
+                // as the launcher: huge pages under KV reads, decode buffers on cache-line boundaries
+                "--enable-native-access=dev.prefill4j.kvstore.ssd,dev.prefill4j.backend.cpu",
                 "--module-path", cliJar() + java.io.File.pathSeparator + modules(),
                 "--add-modules", "ALL-MODULE-PATH", "-m", "dev.prefill4j.cli/dev.prefill4j.cli.Main"));
         cmd.addAll(List.of(args));

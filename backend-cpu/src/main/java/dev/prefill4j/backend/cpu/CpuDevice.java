@@ -81,6 +81,8 @@ final class CpuDevice implements ComputeDevice {
     /** Per calling thread: the activations a decode product's format prepares ({@link #prepare}), and up's. */
     private final ThreadLocal<float[]> preparedBuffer = new ThreadLocal<>();
     private final ThreadLocal<float[]> upPreparedBuffer = new ThreadLocal<>();
+    /** Per thread: a one-row decode step's activations on a cache-line boundary ({@link #alignedRow}). */
+    private final ThreadLocal<float[]> rowBuffer = new ThreadLocal<>();
     /** Per worker thread: a decode task's up products, before SwiGLU joins them to the gate's. */
     private final ThreadLocal<float[]> upRowsBuffer = new ThreadLocal<>();
     /** {@link #exactPanel}'s transposed panel of doubles and its rows' double sums. */
@@ -94,7 +96,9 @@ final class CpuDevice implements ComputeDevice {
 
     @Override
     public String description() {
-        return "cpu: " + threads + " thread(s), Vector API " + VectorOps.FLOATS.vectorBitSize() + "-bit";
+        return "cpu: " + threads + " thread(s), Vector API " + VectorOps.FLOATS.vectorBitSize() + "-bit, "
+                + (LineAlignment.known() ? "buffers on cache lines"
+                        : "buffers where the JVM put them (grant --enable-native-access=dev.prefill4j.backend.cpu)");
     }
 
     private static int panelVectors() {
@@ -306,19 +310,25 @@ final class CpuDevice implements ComputeDevice {
         var format = w.format();
         var data = w.data();
         int pl = format.preparedActivations(k);
-        float[] prepared = prepare(preparedBuffer, format, x, rows, k);
+        Aligned p = prepare(preparedBuffer, format, x, rows, k);
+        float[] prepared = p.data();
+        int at = p.at();
         if (rows == 1 && k >= ROWS_MIN_COLS) {
             // A task's long rows in one call, which a format may multiply several at a time (Quantizer.dotPreparedRows).
             int run = rowsRun(n, rowBytes);
+            Aligned row = alignedRow(x, k);
+            float[] xa = row.data();
+            int xat = row.at();
             parallelFor((n + run - 1) / run, t -> {
                 int o = t * run;
-                format.dotPreparedRows(data, rowBytes * o, rowBytes, Math.min(run, n - o), x, 0, prepared, 0, k, out, o);
+                format.dotPreparedRows(data, rowBytes * o, rowBytes, Math.min(run, n - o), xa, xat, prepared, at, k, out,
+                        o);
             });
             return;
         }
         eachOutput(n, o -> {
             for (int r = 0; r < rows; r++) {
-                out[r * n + o] = format.dotPrepared(data, rowBytes * o, x, r * k, prepared, r * pl, k);
+                out[r * n + o] = format.dotPrepared(data, rowBytes * o, x, r * k, prepared, at + r * pl, k);
             }
         });
     }
@@ -349,18 +359,44 @@ final class CpuDevice implements ComputeDevice {
     }
 
     /**
-     * {@return what {@code format} derives from each of {@code rows} activation rows of {@code k} elements, row
-     * {@code r} at {@code r * preparedActivations(k)}: once for all weight rows, in this thread's buffer of {@code
-     * perThread}: a decode step allocates nothing here (a new array a call was 8-32 KiB a product for the Q6_K dot on
-     * 8 lanes, which prepares a copy of the activations)}
+     * Floats in a thread's buffer from index {@code at}, which starts a cache line where {@link LineAlignment} knows
+     * addresses: a decode step's prepared activations (row {@code r}'s at {@code at + r * preparedActivations(k)}), or
+     * a copy of its activation row ({@link #alignedRow}).
      */
-    private static float[] prepare(ThreadLocal<float[]> perThread, Quantizer format, float[] x, int rows, int k) {
-        int pl = format.preparedActivations(k);
-        float[] prepared = buffer(perThread, rows * pl);
-        for (int r = 0; pl > 0 && r < rows; r++) {
-            format.prepareActivations(x, r * k, k, prepared, r * pl);
+    private record Aligned(float[] data, int at) {
+    }
+
+    /**
+     * {@return a one-row decode step's activations {@code x[0..k)} copied into this thread's buffer from a cache-line
+     * boundary, or {@code x} itself where addresses are not known}: formats whose decode kernels read the activations
+     * themselves (F16, Q8_0, Q4_0's long rows) then load one line a vector, as from prepared activations ({@link
+     * #prepare}). The copy, 8-32 KiB, is a few microseconds against a product's hundreds.
+     */
+    private Aligned alignedRow(float[] x, int k) {
+        if (!LineAlignment.known()) {
+            return new Aligned(x, 0);
         }
-        return prepared;
+        float[] b = buffer(rowBuffer, k + LineAlignment.SLACK);
+        int at = LineAlignment.floatsToLine(b);
+        System.arraycopy(x, 0, b, at, k);
+        return new Aligned(b, at);
+    }
+
+    /**
+     * {@return what {@code format} derives from each of {@code rows} activation rows of {@code k} elements: once for
+     * all weight rows, in this thread's buffer of {@code perThread}, from its first element on a cache-line boundary
+     * where that is known ({@link LineAlignment}: the 16-lane kernels' loads of it then read one line each). A decode
+     * step allocates no array here (a new one a call was 8-32 KiB a product for the Q6_K dot on 8 lanes, which
+     * prepares a copy of the activations)}
+     */
+    private static Aligned prepare(ThreadLocal<float[]> perThread, Quantizer format, float[] x, int rows, int k) {
+        int pl = format.preparedActivations(k);
+        float[] prepared = buffer(perThread, rows * pl + LineAlignment.SLACK);
+        int at = pl > 0 ? LineAlignment.floatsToLine(prepared) : 0;
+        for (int r = 0; pl > 0 && r < rows; r++) {
+            format.prepareActivations(x, r * k, k, prepared, at + r * pl);
+        }
+        return new Aligned(prepared, at);
     }
 
     /**
@@ -559,8 +595,11 @@ final class CpuDevice implements ComputeDevice {
         int lanes = VectorOps.FLOATS.length();
         int width = plan.width();
         int rowStride = plan.rowStride();
-        float[] rowBuf = buffer(lanes * rowStride + panel * width);
-        int wt = lanes * rowStride; // the transposed panel follows the rows being transposed
+        float[] rowBuf = buffer(lanes * rowStride + panel * width + LineAlignment.SLACK);
+        // The rows being transposed from a cache-line boundary (LineAlignment; the stride is whole lines), the
+        // transposed panel after them, so that the kernels' loads of it read one line each.
+        int rb = LineAlignment.floatsToLine(rowBuf);
+        int wt = rb + lanes * rowStride;
         // The panel is built and used a slice of K at a time, small enough to stay in L2 while every group of rows
         // runs over it; a kernel after the first slice continues the FMA chains from the sums it left in out, so
         // the order (and the bits) of each output's accumulation is that of one pass over K.
@@ -575,18 +614,18 @@ final class CpuDevice implements ComputeDevice {
             // scalar store per element took a tenth of pp512.
             for (int i0 = 0; i0 < panel; i0 += lanes) {
                 for (int i = 0; i < lanes; i++) {
-                    w.format().decode(w.data(), rowBytes * (o0 + i0 + i) + from, rowBuf, i * rowStride, len);
+                    w.format().decode(w.data(), rowBytes * (o0 + i0 + i) + from, rowBuf, rb + i * rowStride, len);
                 }
                 int t = 0;
                 if (lanes == 16) {
                     for (; t + 16 <= len; t += 16) {
-                        VectorOps.transpose16(rowBuf, t, rowStride, rowBuf, wt + t * panel + i0, panel);
+                        VectorOps.transpose16(rowBuf, rb + t, rowStride, rowBuf, wt + t * panel + i0, panel);
                     }
                 } else if (lanes == 8) {
-                    t = VectorOps.transpose8Columns(rowBuf, rowStride, len, rowBuf, wt + i0, panel);
+                    t = VectorOps.transpose8Columns(rowBuf, rb, rowStride, len, rowBuf, wt + i0, panel);
                 }
                 for (; t < len; t++) {
-                    FloatVector.fromArray(VectorOps.FLOATS, rowBuf, t, plan.rowStarts(), 0)
+                    FloatVector.fromArray(VectorOps.FLOATS, rowBuf, rb + t, plan.rowStarts(), 0)
                             .intoArray(rowBuf, wt + t * panel + i0);
                 }
             }
@@ -635,17 +674,25 @@ final class CpuDevice implements ComputeDevice {
             var uf = up.format();
             int gl = gf.preparedActivations(k);
             int ul = uf.preparedActivations(k);
-            float[] gp = prepare(preparedBuffer, gf, x, rows, k);
-            float[] upr = uf == gf ? gp : prepare(upPreparedBuffer, uf, x, rows, k);
+            Aligned gpp = prepare(preparedBuffer, gf, x, rows, k);
+            Aligned upp = uf == gf ? gpp : prepare(upPreparedBuffer, uf, x, rows, k);
+            float[] gp = gpp.data();
+            float[] upr = upp.data();
+            int ga = gpp.at();
+            int ua = upp.at();
             int run = rows == 1 && k >= ROWS_MIN_COLS ? rowsRun(n, Math.max(gate.rowBytes(), up.rowBytes()))
                     : outputRun(n);
             if (rows == 1 && k >= ROWS_MIN_COLS) {
+                Aligned row = alignedRow(x, k);
+                float[] xa = row.data();
+                int xat = row.at();
                 parallelFor((n + run - 1) / run, t -> {
                     int o0 = t * run;
                     int m = Math.min(n, o0 + run) - o0;
                     float[] u = buffer(upRowsBuffer, m);
-                    gf.dotPreparedRows(gate.data(), gate.rowBytes() * o0, gate.rowBytes(), m, x, 0, gp, 0, k, out, o0);
-                    uf.dotPreparedRows(up.data(), up.rowBytes() * o0, up.rowBytes(), m, x, 0, upr, 0, k, u, 0);
+                    gf.dotPreparedRows(gate.data(), gate.rowBytes() * o0, gate.rowBytes(), m, xa, xat, gp, ga, k, out,
+                            o0);
+                    uf.dotPreparedRows(up.data(), up.rowBytes() * o0, up.rowBytes(), m, xa, xat, upr, ua, k, u, 0);
                     for (int i = 0; i < m; i++) {
                         out[o0 + i] = VectorOps.swiglu(out[o0 + i], u[i]);
                     }
@@ -657,12 +704,12 @@ final class CpuDevice implements ComputeDevice {
                 int o1 = Math.min(n, o0 + run);
                 for (int o = o0; o < o1; o++) {
                     for (int r = 0; r < rows; r++) {
-                        out[r * n + o] = gf.dotPrepared(gate.data(), gate.rowBytes() * o, x, r * k, gp, r * gl, k);
+                        out[r * n + o] = gf.dotPrepared(gate.data(), gate.rowBytes() * o, x, r * k, gp, ga + r * gl, k);
                     }
                 }
                 for (int o = o0; o < o1; o++) {
                     for (int r = 0; r < rows; r++) {
-                        float u = uf.dotPrepared(up.data(), up.rowBytes() * o, x, r * k, upr, r * ul, k);
+                        float u = uf.dotPrepared(up.data(), up.rowBytes() * o, x, r * k, upr, ua + r * ul, k);
                         out[r * n + o] = VectorOps.swiglu(out[r * n + o], u);
                     }
                 }
@@ -690,28 +737,31 @@ final class CpuDevice implements ComputeDevice {
     private void swiGLUPanel(WeightMatrix gate, PanelPlan gatePlan, WeightMatrix up, PanelPlan upPlan, float[] x,
             boolean packed, int rows, int o0, float[] out, int oo, int outStride, boolean packedOut) {
         int panel = gatePlan.panel();
-        float[] tile = buffer(epilogueBuffer, rows * panel);
+        // The tiles from a cache-line boundary (LineAlignment), as the kernels load and store them a line at a time.
+        float[] tile = buffer(epilogueBuffer, rows * panel + LineAlignment.SLACK);
+        int ta = LineAlignment.floatsToLine(tile);
         if (!packedOut) {
             panelProduct(gate, gatePlan, x, packed, rows, o0, out, oo, outStride);
-            panelProduct(up, upPlan, x, packed, rows, o0, tile, 0, panel);
+            panelProduct(up, upPlan, x, packed, rows, o0, tile, ta, panel);
             for (int r = 0; r < rows; r++) {
-                VectorOps.swiglu(out, r * outStride + oo, tile, r * panel, panel);
+                VectorOps.swiglu(out, r * outStride + oo, tile, ta + r * panel, panel);
             }
             return;
         }
-        float[] gates = buffer(gateTileBuffer, rows * panel);
-        panelProduct(gate, gatePlan, x, packed, rows, o0, gates, 0, panel);
-        panelProduct(up, upPlan, x, packed, rows, o0, tile, 0, panel);
+        float[] gates = buffer(gateTileBuffer, rows * panel + LineAlignment.SLACK);
+        int ga = LineAlignment.floatsToLine(gates);
+        panelProduct(gate, gatePlan, x, packed, rows, o0, gates, ga, panel);
+        panelProduct(up, upPlan, x, packed, rows, o0, tile, ta, panel);
         int grouped = rows / 6 * 6;
         for (int r = 0; r < rows; r++) {
-            VectorOps.swiglu(gates, r * panel, tile, r * panel, panel);
+            VectorOps.swiglu(gates, ga + r * panel, tile, ta + r * panel, panel);
             if (r < grouped) {
                 int base = 6 * ((r / 6) * outStride + oo) + r % 6;
                 for (int i = 0; i < panel; i++) {
-                    out[base + 6 * i] = gates[r * panel + i];
+                    out[base + 6 * i] = gates[ga + r * panel + i];
                 }
             } else {
-                System.arraycopy(gates, r * panel, out, r * outStride + oo, panel);
+                System.arraycopy(gates, ga + r * panel, out, r * outStride + oo, panel);
             }
         }
     }

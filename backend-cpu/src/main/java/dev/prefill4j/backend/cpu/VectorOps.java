@@ -312,15 +312,16 @@ final class VectorOps {
     }
 
     /**
-     * {@link #transpose8} over the tiles of eight rows of {@code src} (rows {@code srcStride} apart) from column 0, as
-     * far as whole tiles reach within {@code len} columns: column {@code t} becomes {@code dst[dstOff + t * dstStride
-     * ..]}, 8 floats. One loop here rather than in the caller, so that the JIT keeps the permutes' constants in
-     * registers across the tiles. {@return the first column not transposed}
+     * {@link #transpose8} over the tiles of eight rows of {@code src} (from {@code srcOff}, rows {@code srcStride}
+     * apart) from column 0, as far as whole tiles reach within {@code len} columns: column {@code t} becomes {@code
+     * dst[dstOff + t * dstStride ..]}, 8 floats. One loop here rather than in the caller, so that the JIT keeps the
+     * permutes' constants in registers across the tiles. {@return the first column not transposed}
      */
-    static int transpose8Columns(float[] src, int srcStride, int len, float[] dst, int dstOff, int dstStride) {
+    static int transpose8Columns(float[] src, int srcOff, int srcStride, int len, float[] dst, int dstOff,
+                                 int dstStride) {
         int t = 0;
         for (; t + 8 <= len; t += 8) {
-            transpose8(src, t, srcStride, dst, dstOff + t * dstStride, dstStride);
+            transpose8(src, srcOff + t, srcStride, dst, dstOff + t * dstStride, dstStride);
         }
         return t;
     }
