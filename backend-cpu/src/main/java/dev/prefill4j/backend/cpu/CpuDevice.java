@@ -92,6 +92,9 @@ final class CpuDevice implements ComputeDevice {
     CpuDevice(int threads) {
         this.threads = threads;
         this.pool = new WorkerPool(threads);
+        // The C library call LineAlignment makes is linked and run once now, so that a product's first call does not
+        // pay for linking it (the JDK loads and generates code for a downcall when it is linked).
+        LineAlignment.floatsToLine(new float[LineAlignment.SLACK]);
     }
 
     @Override
