@@ -22,9 +22,7 @@ import java.lang.invoke.MethodHandle;
  * <p>Why: with the Q4_0 decode kernel reading its prepared activations at each of 16 float offsets into one array (one
  * thread, 256 rows of 2,048 weights in L2, in one process), the one offset that put them on a line boundary ran at
  * 16.2-16.9 GB/s, the fifteen others at 13.8-15.1; decode of the 1B Q4_0 file went from 28.9-29.6 to 33.3-34.7 tok/s
- * (tg64, three alternating pairs; docs/performance-notes.md, Kernels, 2026-12-05). Linking the call costs the JDK
- * some memory; the launcher's {@code -Djdk.internal.foreign.DowncallLinker.USE_SPEC=false} (the README says why)
- * keeps that small.
+ * (tg64, three alternating pairs; docs/performance-notes.md, Kernels, 2026-12-05).
  */
 final class LineAlignment {
     /**
@@ -34,13 +32,8 @@ final class LineAlignment {
     static final int LINE_BYTES = 64;
     /** Floats a buffer needs beyond its data so that the data can start on a line boundary. */
     static final int SLACK = LINE_BYTES / Float.BYTES;
-    /**
-     * {@code void *memmove(void *dst, const void *src, size_t n)}, or null where it is not used. Not final, so that
-     * the JIT calls the linked handle rather than inlining the downcall into every caller, whose compiled code stays
-     * as it was (peak memory measured the same either way).
-     */
-    private static MethodHandle memmove = memmove();
-    private static final boolean KNOWN = memmove != null;
+    /** {@code void *memmove(void *dst, const void *src, size_t n)}, or null where it is not used. */
+    private static final MethodHandle MEMMOVE = memmove();
 
     private LineAlignment() {
     }
@@ -63,7 +56,7 @@ final class LineAlignment {
 
     /** {@return whether {@link #floatsToLine} knows addresses here (native access granted and a C library found)} */
     static boolean known() {
-        return KNOWN;
+        return MEMMOVE != null;
     }
 
     /**
@@ -73,13 +66,13 @@ final class LineAlignment {
      * @param a a non-empty array
      */
     static int floatsToLine(float[] a) {
-        if (!KNOWN) {
+        if (MEMMOVE == null) {
             return 0;
         }
         MemorySegment heap = MemorySegment.ofArray(a);
         long address;
         try {
-            address = ((MemorySegment) memmove.invokeExact(heap, heap, 0L)).address();
+            address = ((MemorySegment) MEMMOVE.invokeExact(heap, heap, 0L)).address();
         } catch (Throwable t) {
             throw new IllegalStateException("memmove failed", t);
         }
