@@ -1,5 +1,6 @@
 package dev.prefill4j.backend.cpu;
 
+import dev.prefill4j.api.spi.Blocks;
 import dev.prefill4j.api.spi.ComputeDevice;
 import dev.prefill4j.api.spi.Quantizer;
 import dev.prefill4j.api.spi.WeightMatrix;
@@ -101,7 +102,10 @@ final class CpuDevice implements ComputeDevice {
     public String description() {
         return "cpu: " + threads + " thread(s), Vector API " + VectorOps.FLOATS.vectorBitSize() + "-bit, "
                 + (LineAlignment.known() ? "buffers on cache lines"
-                        : "buffers where the JVM put them (grant --enable-native-access=dev.prefill4j.backend.cpu)");
+                        : "buffers where the JVM put them (grant --enable-native-access=dev.prefill4j.backend.cpu)")
+                + ", decode rows " + (Blocks.ONE_ROW_MAX_COUNT == 0 ? "in groups"
+                        : "alone up to " + Blocks.ONE_ROW_MAX_COUNT + " elements")
+                + " (-D" + Blocks.ONE_ROW_MAX_COUNT_PROPERTY + ")";
     }
 
     private static int panelVectors() {

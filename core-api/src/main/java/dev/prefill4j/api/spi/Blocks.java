@@ -5,7 +5,11 @@ import java.lang.foreign.MemorySegment;
 import java.lang.foreign.ValueLayout;
 import java.lang.invoke.MethodHandles;
 import java.lang.invoke.VarHandle;
+import java.io.BufferedReader;
+import java.io.IOException;
 import java.nio.ByteOrder;
+import java.nio.file.Files;
+import java.nio.file.Path;
 
 /**
  * Helpers for format plugins that read and write GGUF-style blocks: little-endian unaligned layouts and the
@@ -24,6 +28,59 @@ public final class Blocks {
     public static final ValueLayout.OfInt I32 = ValueLayout.JAVA_INT_UNALIGNED.withOrder(ByteOrder.LITTLE_ENDIAN);
     /** One byte. */
     public static final ValueLayout.OfByte I8 = ValueLayout.JAVA_BYTE;
+
+    /** The system property that sets {@link #ONE_ROW_MAX_COUNT}: a number of elements, 0 or more. */
+    public static final String ONE_ROW_MAX_COUNT_PROPERTY = "dev.prefill4j.oneRowMaxCount";
+
+    /**
+     * The longest rows, in elements, that a format's {@link Quantizer#dotPreparedRows} should read one at a time
+     * (one stream of weights a thread); longer rows it reads several at a time, each its own stream, where it has
+     * such a kernel. Which is faster is the machine's: one stream leaves a short row's activations in L1, several
+     * keep more of memory's latency hidden. On the Zen 5 VM the built-in formats' one-row kernels were faster up to
+     * 4,096 elements (the notes of {@code FusedDot}, {@code Q4_0Quantizer} and {@code KQuants}); on an Intel Xeon
+     * VM with AVX-512 (two cores, family 6 model 167 as its hypervisor reports it, 2026-12-05) the grouped kernels
+     * were faster for every row length, decode of the 1B files ({@code bench -p 16 -n 32 --profile}, two alternating
+     * pairs each) 1.27-1.28x for F16, 1.12x for Q4_0 and 1.15x for Q4_K_M; a plain read of memory there ran at 19.5
+     * GB/s with one stream a thread and at 25-28 with two to eight (two threads). So 4,096, or 0 where the
+     * processor's vendor is Intel ({@code /proc/cpuinfo}); the system property {@value #ONE_ROW_MAX_COUNT_PROPERTY}
+     * overrides it. A format must use this one value in every method that depends on it, so that {@code
+     * dotPreparedRows} gives each row the bits {@code dotPrepared} gives it (the test kit checks that).
+     *
+     * @since 1.6
+     */
+    public static final int ONE_ROW_MAX_COUNT = oneRowMaxCount(System.getProperty(ONE_ROW_MAX_COUNT_PROPERTY),
+            cpuVendor());
+
+    /** {@return the one-row limit for a property value (or null) and a processor vendor} (package-private: tests) */
+    static int oneRowMaxCount(String property, String vendor) {
+        if (property != null) {
+            try {
+                int v = Integer.parseInt(property.strip());
+                if (v >= 0) {
+                    return v;
+                }
+            } catch (NumberFormatException e) {
+                // reported below
+            }
+            System.getLogger(Blocks.class.getName()).log(System.Logger.Level.WARNING, ONE_ROW_MAX_COUNT_PROPERTY
+                    + " must be a number of elements, 0 or more; ignoring \"" + property + "\"");
+        }
+        return "GenuineIntel".equals(vendor) ? 0 : 4096;
+    }
+
+    /** {@return the {@code vendor_id} of {@code /proc/cpuinfo}, or "" where there is none (other systems)} */
+    static String cpuVendor() {
+        try (BufferedReader r = Files.newBufferedReader(Path.of("/proc/cpuinfo"))) {
+            for (String line; (line = r.readLine()) != null; ) {
+                if (line.startsWith("vendor_id")) {
+                    return line.substring(line.indexOf(':') + 1).strip();
+                }
+            }
+        } catch (IOException | RuntimeException e) {
+            // not Linux, or not readable: the default
+        }
+        return "";
+    }
 
     private static final ThreadLocal<byte[]> STAGE = ThreadLocal.withInitial(() -> new byte[0]);
     /** Bytes a {@link #stage}d array has at least after the data copied into it. */

@@ -108,14 +108,18 @@ final class FusedDot {
 
     /**
      * Rows of at most this many elements take {@link #f16} one at a time in {@link #f16Rows}, longer ones {@link
-     * #f16Quad}: with 16 KiB of activations or less, a row and the activations stay in L1 and one stream of weights a
-     * thread reads faster than four. In-process harness on the Zen 5 VM (rows of the 1B F16 file streamed from memory,
-     * {@code dotPreparedRows} over 256 rows at a time, the middle two of six timings, two to five processes each): two threads,
-     * 2,048 elements, one row at a time 28.0-34.0 GB/s against 23.7-27.9 for four; 4,096 elements 26.1-35.0 against
-     * 23.3-34.0; 8,192 elements 15.7-21.5 against 28.9-29.7 (the case the four-row form was made for); one thread,
-     * 2,048 elements 18.9-23.1 against 14.3-18.1, 4,096 elements 14.2-19.2 against 18.0-20.9.
+     * #f16Quad}: {@link Blocks#ONE_ROW_MAX_COUNT}, the machine's. With 16 KiB of activations or less, a row and the
+     * activations stay in L1, and on the Zen 5 VM one stream of weights a thread read faster than four. In-process
+     * harness on the Zen 5 VM (rows of the 1B F16 file streamed from memory, {@code dotPreparedRows} over 256 rows at a
+     * time, the middle two of six timings, two to five processes each): two threads, 2,048 elements, one row at a time
+     * 28.0-34.0 GB/s against 23.7-27.9 for four; 4,096 elements 26.1-35.0 against 23.3-34.0; 8,192 elements 15.7-21.5
+     * against 28.9-29.7 (the case the four-row form was made for); one thread, 2,048 elements 18.9-23.1 against
+     * 14.3-18.1, 4,096 elements 14.2-19.2 against 18.0-20.9. On the Intel Xeon VM of 2026-12-05 four rows at a time
+     * were faster at 2,048 elements too: {@code bench -m 1b-f16.gguf -p 16 -n 32 -r 2 --profile}, two alternating
+     * pairs, {@code ffn_gate+up} 15.7-16.1 GB/s one row at a time against 21.6-22.0, tg32 6.49-6.59 against 8.30-8.40
+     * tok/s.
      */
-    static final int F16_ONE_ROW_MAX_COUNT = 4096;
+    static final int F16_ONE_ROW_MAX_COUNT = Blocks.ONE_ROW_MAX_COUNT;
 
     /**
      * {@link #f16} for {@code rows} rows {@code stride} bytes apart ({@link Quantizer#dotPreparedRows}): with 16

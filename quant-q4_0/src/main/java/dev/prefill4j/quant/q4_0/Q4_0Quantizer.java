@@ -454,9 +454,14 @@ public final class Q4_0Quantizer implements Quantizer {
      * memory, {@code dotPreparedRows} over 256 rows at a time, the middle two of six timings, two processes each):
      * two threads, 2,048 elements, one row at a time 17.5-21.7 GB/s against 14.8-18.8 for three; one thread 11.0-12.0
      * against 7.8-9.1; 4,096 elements 15.6-16.6 against 15.0-16.3 (two threads) and 7.8-8.9 against 7.6-8.3 (one);
-     * 8,192 elements 10.9-11.5 against 14.1-17.8 (two threads), 8.4-8.8 against 10.8-10.9 (one).
+     * 8,192 elements 10.9-11.5 against 14.1-17.8 (two threads), 8.4-8.8 against 10.8-10.9 (one). That is {@link
+     * Blocks#ONE_ROW_MAX_COUNT}'s default; on the Intel Xeon VM of 2026-12-05, where it is 0, three rows at a time
+     * were faster at 2,048 elements too: {@code bench -m 1b-q4_0.gguf -p 16 -n 64 -r 2 --profile}, two alternating
+     * pairs, {@code ffn_gate+up} 10.3-10.4 GB/s through {@link #dotOctets} against 12.6-12.8, tg64 14.40-14.66
+     * against 16.13-16.43 tok/s (a harness outside the repository, rows streamed from memory with two threads:
+     * 10.1-10.3 against 11.0-11.5 GB/s; with the rows in L2 {@code dotOctets} was the faster, 16.1 against 13.6).
      */
-    static final int ONE_ROW_MAX_COUNT = 4096;
+    static final int ONE_ROW_MAX_COUNT = Blocks.ONE_ROW_MAX_COUNT;
 
     /**
      * With 16 float lanes and rows longer than {@link #ONE_ROW_MAX_COUNT}, three rows at a time ({@link

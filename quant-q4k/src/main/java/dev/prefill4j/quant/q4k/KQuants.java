@@ -77,15 +77,18 @@ final class KQuants {
     }
 
     /**
-     * {@link Quantizer#dotPreparedRows} of the K formats: with a {@code pairs} kernel and rows longer than 4,096
-     * elements, two rows at a time, half the run apart so that the pairs read two continuous streams of weights, then
-     * the odd row alone; otherwise one {@code dotPrepared} a row.
+     * {@link Quantizer#dotPreparedRows} of the K formats: with a {@code pairs} kernel and rows longer than {@link
+     * Blocks#ONE_ROW_MAX_COUNT} elements, two rows at a time, half the run apart so that the pairs read two
+     * continuous streams of weights, then the odd row alone; otherwise one {@code dotPrepared} a row. On the Intel
+     * Xeon VM of 2026-12-05, where that limit is 0, pairs were faster at 2,048 elements too: {@code bench -m
+     * 1b-q4_k_m.gguf -p 16 -n 32 -r 2 --profile}, two alternating pairs, the Q6_K output matrix 12.7 GB/s one row at a
+     * time against 15.2-15.6, {@code attn_q} 9.2 against 11.1-11.3, tg32 13.69-14.03 against 16.00-16.08 tok/s.
      */
     static void dotPreparedRows(Quantizer q, PairKernel pairs, MemorySegment src, long offset, long stride, int rows,
                                 float[] x, int xOffset, float[] prepared, int preparedOffset, int count, float[] out,
                                 int outIndex) {
         int r = 0;
-        if (pairs != null && count > 4096) {
+        if (pairs != null && count > Blocks.ONE_ROW_MAX_COUNT) {
             int half = rows / 2;
             for (int i = 0; i < half; i++) {
                 pairs.pair(src, offset + i * stride, half * stride, prepared, preparedOffset, count / 256, out,

@@ -80,12 +80,13 @@ public final class Q4KQuantizer implements Quantizer {
 
     /**
      * {@return whether rows of {@code count} elements take {@link #dotPacked16}}, whose prepared activations are scaled
-     * for nibbles masked in place: with 16 float lanes, rows of up to 4,096 elements; longer ones go two at a time
-     * through {@link #pairPacked16}, which shifts the nibbles down (with the seven masks its loop ran slower: C2 kept
-     * them in no registers and broadcast them again in the loop).
+     * for nibbles masked in place: with 16 float lanes, rows of up to {@link Blocks#ONE_ROW_MAX_COUNT} elements (the
+     * rows {@link #dotPreparedRows} reads one at a time); longer ones go two at a time through {@link #pairPacked16},
+     * which shifts the nibbles down (with the seven masks its loop ran slower: C2 kept them in no registers and
+     * broadcast them again in the loop).
      */
     private static boolean masked(int count) {
-        return PACKED16 && count <= 4096;
+        return PACKED16 && count <= Blocks.ONE_ROW_MAX_COUNT;
     }
 
     /** The factor of the activations of nibble {@code s} in {@link #dotPacked16}'s order: {@code 2^-4s}, 1 for the top. */
@@ -105,9 +106,9 @@ public final class Q4KQuantizer implements Quantizer {
      * Without the packed form: sixteen floats, zeros where the scales are and the eight sums where the mins are. With
      * it, per half of 128 activations: the activations in the order the packed form takes the nibbles out of a lane
      * ({@code 16s + i} holds element {@code 32(2[i >= 8] + s % 2) + 4(i % 8) + s / 2} of the half: byte {@code s / 2}
-     * of int lane {@code i}, low nibble for even {@code s}), for rows of up to 4,096 elements times {@code 2^-4s} for
-     * {@code s < 7} ({@link #masked}), then sixteen floats with the sums of the half's four sub-blocks in the lanes of
-     * their mins and zeros elsewhere.
+     * of int lane {@code i}, low nibble for even {@code s}), for the rows {@link #dotPacked16} reads times {@code
+     * 2^-4s} for {@code s < 7} ({@link #masked}), then sixteen floats with the sums of the half's four sub-blocks in
+     * the lanes of their mins and zeros elsewhere.
      */
     @Override
     public void prepareActivations(float[] x, int xOffset, int count, float[] prepared, int preparedOffset) {
@@ -222,12 +223,12 @@ public final class Q4KQuantizer implements Quantizer {
     }
 
     /**
-     * With the packed form, rows longer than 4,096 elements two at a time ({@link #pairPacked16}, through {@link
-     * KQuants#dotPreparedRows}); otherwise one call a row. Rows of 8,192 elements prepare 36 KiB, which with the
-     * weights streaming through overflow L1: each prepared vector loaded once for two rows, {@code bench -m
-     * 1b-q4_k_m.gguf -p 16 -n 64 -r 1 --verify-tokens 0 --profile}, three alternating pairs: {@code ffn_down} (half of
-     * its matrices Q4_K) at 0.61-0.67 of the Q6_K output matrix's GB/s in the same process against 0.50-0.53 one row at
-     * a time (Zen 5 VM, 2026-12-04).
+     * With the packed form, rows longer than {@link Blocks#ONE_ROW_MAX_COUNT} elements two at a time ({@link
+     * #pairPacked16}, through {@link KQuants#dotPreparedRows}); otherwise one call a row. Rows of 8,192 elements
+     * prepare 36 KiB, which with the weights streaming through overflow L1: each prepared vector loaded once for two
+     * rows, {@code bench -m 1b-q4_k_m.gguf -p 16 -n 64 -r 1 --verify-tokens 0 --profile}, three alternating pairs:
+     * {@code ffn_down} (half of its matrices Q4_K) at 0.61-0.67 of the Q6_K output matrix's GB/s in the same process
+     * against 0.50-0.53 one row at a time (Zen 5 VM, 2026-12-04).
      */
     @Override
     public void dotPreparedRows(MemorySegment src, long offset, long stride, int rows, float[] x, int xOffset,
@@ -254,9 +255,9 @@ public final class Q4KQuantizer implements Quantizer {
      * against 11.5-14.8 GB/s; Zen 5 VM, 2026-12-04, the machine's speed moving by a quarter between runs). Masking in
      * place instead of a shift and a mask (six operations fewer a half): in a harness outside the repository (one
      * thread, 2,048-element rows streamed from 144 MiB, both builds alternating in one process) 1.07x in three
-     * processes and 1.22, 1.23 and 0.97x in three more; in the model, four alternating pairs, {@code ffn_gate+up} at 0.75
-     * of the output matrix's GB/s in each against 0.72-0.74, tg64 26.45-27.75 against 26.66-27.20 tok/s (2026-12-04,
-     * evening). Rows of over 4,096 elements keep the shifts ({@link #masked}).
+     * processes and 1.22, 1.23 and 0.97x in three more; in the model, four alternating pairs, {@code ffn_gate+up} at
+     * 0.75 of the output matrix's GB/s in each against 0.72-0.74, tg64 26.45-27.75 against 26.66-27.20 tok/s
+     * (2026-12-04, evening). Rows longer than that limit keep the shifts ({@link #masked}).
      *
      * <p>Conversions are written {@code convertShape(I2F, f, 0)}, with the species a constant: with {@code convert(I2F,
      * 0)} the result's species is looked up ({@code AbstractSpecies.computeSpecies}, too large to inline), C2 first

@@ -335,13 +335,13 @@ public final class Q6KQuantizer implements Quantizer {
     }
 
     /**
-     * With the 16-lane packed form, rows longer than 4,096 elements two at a time ({@link #pairPacked16}, through
-     * {@link KQuants#dotPreparedRows}); otherwise one call a row. A Llama FFN's down projection (8,192 elements a row:
-     * 32 KiB of prepared activations, which with the weights streaming through overflow L1) reads its activations from
-     * L2 half as often. With Q4_K's pair form too, {@code bench -m 1b-q4_k_m.gguf -p 16 -n 64 -r 1 --verify-tokens 0
-     * --profile} (half of that file's {@code ffn_down} matrices are Q6_K), six alternating pairs: {@code ffn_down} at
-     * 0.76-0.83 of the output matrix's GB/s in the same process against 0.61-0.67 with Q4_K's pairs alone (Zen 5 VM,
-     * 2026-12-04).
+     * With the 16-lane packed form, rows longer than {@link Blocks#ONE_ROW_MAX_COUNT} elements two at a time ({@link
+     * #pairPacked16}, through {@link KQuants#dotPreparedRows}); otherwise one call a row. A Llama FFN's down projection
+     * (8,192 elements a row: 32 KiB of prepared activations, which with the weights streaming through overflow L1)
+     * reads its activations from L2 half as often. With Q4_K's pair form too, {@code bench -m 1b-q4_k_m.gguf -p 16 -n
+     * 64 -r 1 --verify-tokens 0 --profile} (half of that file's {@code ffn_down} matrices are Q6_K), six alternating
+     * pairs: {@code ffn_down} at 0.76-0.83 of the output matrix's GB/s in the same process against 0.61-0.67 with
+     * Q4_K's pairs alone (Zen 5 VM, 2026-12-04).
      */
     @Override
     public void dotPreparedRows(MemorySegment src, long offset, long stride, int rows, float[] x, int xOffset,
