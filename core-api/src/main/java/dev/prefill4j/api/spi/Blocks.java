@@ -1,12 +1,12 @@
 package dev.prefill4j.api.spi;
 
 import dev.prefill4j.api.Api;
+import java.io.BufferedReader;
+import java.io.IOException;
 import java.lang.foreign.MemorySegment;
 import java.lang.foreign.ValueLayout;
 import java.lang.invoke.MethodHandles;
 import java.lang.invoke.VarHandle;
-import java.io.BufferedReader;
-import java.io.IOException;
 import java.nio.ByteOrder;
 import java.nio.file.Files;
 import java.nio.file.Path;
@@ -40,8 +40,8 @@ public final class Blocks {
      * 4,096 elements (the notes of {@code FusedDot}, {@code Q4_0Quantizer} and {@code KQuants}); on an Intel Xeon
      * VM with AVX-512 (two cores, family 6 model 167 as its hypervisor reports it, 2026-12-05) the grouped kernels
      * were faster for every row length, decode of the 1B files ({@code bench -p 16 -n 32 --profile}, two alternating
-     * pairs each) 1.27-1.28x for F16, 1.12x for Q4_0 and 1.15x for Q4_K_M; a plain read of memory there ran at 19.5
-     * GB/s with one stream a thread and at 25-28 with two to eight (two threads). So 4,096, or 0 where the
+     * pairs each) 1.27-1.28x for F16, 1.12x for Q4_0 and 1.15-1.17x for Q4_K_M; a plain read of memory there ran at
+     * 19.5 GB/s with one stream a thread and at 25-28 with two to eight (two threads). So 4,096, or 0 where the
      * processor's vendor is Intel ({@code /proc/cpuinfo}); the system property {@value #ONE_ROW_MAX_COUNT_PROPERTY}
      * overrides it. A format must use this one value in every method that depends on it, so that {@code
      * dotPreparedRows} gives each row the bits {@code dotPrepared} gives it (the test kit checks that).
