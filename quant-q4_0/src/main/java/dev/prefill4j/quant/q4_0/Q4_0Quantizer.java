@@ -459,7 +459,8 @@ public final class Q4_0Quantizer implements Quantizer {
      * were faster at 2,048 elements too: {@code bench -m 1b-q4_0.gguf -p 16 -n 64 -r 2 --profile}, two alternating
      * pairs, {@code ffn_gate+up} 10.3-10.4 GB/s through {@link #dotOctets} against 12.6-12.8, tg64 14.40-14.66
      * against 16.13-16.43 tok/s (a harness outside the repository, rows streamed from memory with two threads:
-     * 10.1-10.3 against 11.0-11.5 GB/s; with the rows in L2 {@code dotOctets} was the faster, 16.1 against 13.6).
+     * 8.6-10.3 against 10.0-11.5 GB/s; with the rows in L2 {@code dotOctets} was the faster, 15.4-16.1 against
+     * 12.1-13.6).
      */
     static final int ONE_ROW_MAX_COUNT = Blocks.ONE_ROW_MAX_COUNT;
 
