@@ -40,11 +40,14 @@ public final class Blocks {
      * 4,096 elements (the notes of {@code FusedDot}, {@code Q4_0Quantizer} and {@code KQuants}); on an Intel Xeon
      * VM with AVX-512 (two cores, family 6 model 167 as its hypervisor reports it, 2026-12-05) the grouped kernels
      * were faster for every row length, decode of the 1B files ({@code bench -p 16 -n 32 --profile}, two alternating
-     * pairs each) 1.27-1.28x for F16, 1.12x for Q4_0 and 1.15-1.17x for Q4_K_M; a plain read of memory there ran at
-     * 19.5 GB/s with one stream a thread and at 25-28 with two to eight (two threads). So 4,096, or 0 where the
-     * processor's vendor is Intel ({@code /proc/cpuinfo}); the system property {@value #ONE_ROW_MAX_COUNT_PROPERTY}
-     * overrides it. A format must use this one value in every method that depends on it, so that {@code
-     * dotPreparedRows} gives each row the bits {@code dotPrepared} gives it (the test kit checks that).
+     * pairs each) 1.27-1.28x for F16, 1.12x for Q4_0 and, with its Q4_K rows paired as well as its Q6_K ones,
+     * 1.15-1.17x for Q4_K_M; a plain read of memory there ran at 19.5 GB/s with one stream a thread and at 25-28 with
+     * two to eight (two threads). So 4,096, or 0 where the processor's vendor is Intel ({@code /proc/cpuinfo}); the
+     * system property {@value #ONE_ROW_MAX_COUNT_PROPERTY} overrides it. A format that follows it must use this one
+     * value in every method whose choice depends on it, so that {@code dotPreparedRows} gives each row the bits {@code
+     * dotPrepared} gives it (the test kit checks that). A format whose one-row kernel is its fast one for other calls
+     * too ({@code dotPrepared} per row in decode steps of two or three activation rows) may keep its own limit: Q4_K
+     * does.
      *
      * @since 1.6
      */

@@ -77,18 +77,19 @@ final class KQuants {
     }
 
     /**
-     * {@link Quantizer#dotPreparedRows} of the K formats: with a {@code pairs} kernel and rows longer than {@link
-     * Blocks#ONE_ROW_MAX_COUNT} elements, two rows at a time, half the run apart so that the pairs read two
-     * continuous streams of weights, then the odd row alone; otherwise one {@code dotPrepared} a row. On the Intel
-     * Xeon VM of 2026-12-05, where that limit is 0, pairs were faster at 2,048 elements too: {@code bench -m
-     * 1b-q4_k_m.gguf -p 16 -n 32 -r 2 --profile}, two alternating pairs, the Q6_K output matrix 12.7 GB/s one row at a
-     * time against 15.2-15.6, {@code attn_q} 9.2 against 11.1-11.3, tg32 13.69-14.03 against 16.00-16.08 tok/s.
+     * {@link Quantizer#dotPreparedRows} of the K formats: with a {@code pairs} kernel and rows longer than {@code
+     * oneRowMax} elements, two rows at a time, half the run apart so that the pairs read two continuous streams of
+     * weights, then the odd row alone; otherwise one {@code dotPrepared} a row. Q6_K passes {@link
+     * Blocks#ONE_ROW_MAX_COUNT}: on the Intel Xeon VM of 2026-12-05, where that is 0, its pairs were faster at 2,048
+     * elements too ({@code bench -m 1b-q4_k_m.gguf -p 16 -n 32 -r 2 --profile}, two alternating pairs: the Q6_K output
+     * matrix 12.7 GB/s one row at a time against 15.2-15.6). Q4_K passes its own limit, as its one-row form reads
+     * activations prepared for it alone ({@code Q4KQuantizer.masked}).
      */
-    static void dotPreparedRows(Quantizer q, PairKernel pairs, MemorySegment src, long offset, long stride, int rows,
-                                float[] x, int xOffset, float[] prepared, int preparedOffset, int count, float[] out,
-                                int outIndex) {
+    static void dotPreparedRows(Quantizer q, PairKernel pairs, int oneRowMax, MemorySegment src, long offset,
+                                long stride, int rows, float[] x, int xOffset, float[] prepared, int preparedOffset,
+                                int count, float[] out, int outIndex) {
         int r = 0;
-        if (pairs != null && count > Blocks.ONE_ROW_MAX_COUNT) {
+        if (pairs != null && count > oneRowMax) {
             int half = rows / 2;
             for (int i = 0; i < half; i++) {
                 pairs.pair(src, offset + i * stride, half * stride, prepared, preparedOffset, count / 256, out,

@@ -79,14 +79,19 @@ public final class Q4KQuantizer implements Quantizer {
     }
 
     /**
-     * {@return whether rows of {@code count} elements take {@link #dotPacked16}}, whose prepared activations are scaled
-     * for nibbles masked in place: with 16 float lanes, rows of up to {@link Blocks#ONE_ROW_MAX_COUNT} elements (the
-     * rows {@link #dotPreparedRows} reads one at a time); longer ones go two at a time through {@link #pairPacked16},
-     * which shifts the nibbles down (with the seven masks its loop ran slower: C2 kept them in no registers and
-     * broadcast them again in the loop).
+     * The longest rows that {@link #dotPacked16} reads, one at a time, from activations prepared scaled for nibbles
+     * masked in place; longer ones go two at a time through {@link #pairPacked16}, which shifts the nibbles down (with
+     * the seven masks its loop ran slower: C2 kept them in no registers and broadcast them again in the loop). Not
+     * {@link Blocks#ONE_ROW_MAX_COUNT}: where that is 0 (Intel), every row of a two- or three-row decode step, of a
+     * {@code dot} and the odd row of a run would go through the pair kernel alone, computed twice: {@code bench -m
+     * 1b-q4_k_m.gguf -p 16 -n 32 -r 1 --burst 3}, two alternating pairs on the Intel Xeon VM (2026-12-05), generation
+     * in bursts of three 10.30-10.49 tok/s with this limit against 7.81-8.04 with that one.
      */
+    private static final int MASKED_MAX_COUNT = 4096;
+
+    /** {@return whether rows of {@code count} elements take {@link #dotPacked16}} ({@link #MASKED_MAX_COUNT}) */
     private static boolean masked(int count) {
-        return PACKED16 && count <= Blocks.ONE_ROW_MAX_COUNT;
+        return PACKED16 && count <= MASKED_MAX_COUNT;
     }
 
     /** The factor of the activations of nibble {@code s} in {@link #dotPacked16}'s order: {@code 2^-4s}, 1 for the top. */
@@ -223,7 +228,7 @@ public final class Q4KQuantizer implements Quantizer {
     }
 
     /**
-     * With the packed form, rows longer than {@link Blocks#ONE_ROW_MAX_COUNT} elements two at a time ({@link
+     * With the packed form, rows longer than {@link #MASKED_MAX_COUNT} elements two at a time ({@link
      * #pairPacked16}, through {@link KQuants#dotPreparedRows}); otherwise one call a row. Rows of 8,192 elements
      * prepare 36 KiB, which with the weights streaming through overflow L1: each prepared vector loaded once for two
      * rows, {@code bench -m 1b-q4_k_m.gguf -p 16 -n 64 -r 1 --verify-tokens 0 --profile}, three alternating pairs:
@@ -234,7 +239,8 @@ public final class Q4KQuantizer implements Quantizer {
     public void dotPreparedRows(MemorySegment src, long offset, long stride, int rows, float[] x, int xOffset,
                                 float[] prepared, int preparedOffset, int count, float[] out, int outIndex) {
         Blocks.checkCount(count, QK, id());
-        KQuants.dotPreparedRows(this, PACKED16 ? PAIRS : null, src, offset, stride, rows, x, xOffset, prepared,
+        KQuants.dotPreparedRows(this, PACKED16 ? PAIRS : null, MASKED_MAX_COUNT, src, offset, stride, rows, x,
+                xOffset, prepared,
                 preparedOffset, count, out, outIndex);
     }
 
