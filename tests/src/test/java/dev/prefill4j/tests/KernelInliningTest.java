@@ -67,11 +67,11 @@ class KernelInliningTest {
      * The compiled decode products keep their vectors in registers. A kernel whose vectors C2 could not keep there
      * boxes them (an object and a payload array, about 100 bytes for 16 floats) every block or row; Q4_K's packed dot
      * did so in a third of the processes while it converted with {@code convert(I2F, 0)} (see its Javadoc). Each
-     * format and row length may allocate at most {@value #ALLOWED_BYTES_PER_CALL} bytes a 64-row call once compiled,
-     * under one boxed vector a row: a stray small object a row (TQ2_0's row slice, 40 bytes, which C2 removed in some
-     * processes and not in others until the kernel stopped making it) stays below that. The workout measured 0 for
-     * every format, and run with {@code -XX:TieredStopAtLevel=1} (C1, which boxes every vector) 9.7-43 MB a call for
-     * Q4_K and Q6_K. It takes the quietest of up to eight windows of calls: with one window, F32 at 8,192 elements
+     * format and row length may allocate at most {@value #ALLOWED_BYTES_PER_CALL} bytes a call (64 rows and one) once
+     * compiled, under one boxed vector a row: a stray small object a row (TQ2_0's row slice, 40 bytes, which C2 removed
+     * in some processes and not in others until the kernel stopped making it) stays below that. The workout measured
+     * 0 for every format, and run with {@code -XX:TieredStopAtLevel=1} (C1, which boxes every vector) 9.7-43 MB a call
+     * for Q4_K and Q6_K. It takes the quietest of up to eight windows of calls: with one window, F32 at 8,192 elements
      * once allocated 55,296 bytes a call (in one of nine runs), and with three, Q4_K at 8,192 28.6 MB in one of eleven
      * (C1's code in every window: its pair kernel's C2 compilation not yet in place).
      */
@@ -93,7 +93,7 @@ class KernelInliningTest {
 
     /** {@code allocated <format> <elements> <bytes>}, printed by {@link KernelWorkout}. */
     private static final Pattern ALLOCATED = Pattern.compile("allocated (\\S+) (\\d+) (\\d+)");
-    /** Bytes a 64-row call may allocate: 64 a row, below one boxed 16-float vector a row. */
+    /** Bytes a call (64 rows and one) may allocate: about 64 a row, below one boxed 16-float vector a row. */
     private static final long ALLOWED_BYTES_PER_CALL = 64 * 64;
 
     @Test

@@ -12,19 +12,22 @@ import java.util.SplittableRandom;
 /**
  * Runs every format's kernels until C2 has compiled them, for {@link KernelInliningTest}, which runs this in a child
  * JVM with {@code -XX:+PrintInlining}: per format and row length (2,048 and 8,192 elements, the 1B geometry's), 64
- * rows of random weights encoded by the format, then {@code dotPreparedRows} over all rows (the decode product),
+ * rows of random weights encoded by the format, then {@code dotPreparedRows} over all rows (the decode product) and
+ * {@code dotPrepared} of single rows (the one-row form: a run's odd row, each row of a decode step of two or three
+ * activation rows; with the grouping kernels alone, a Q4_K helper that C2 refused to inline went unseen here),
  * {@code decode} of one row (prefill's panels) and, where the format has one, {@code dotEncoded} against
  * activations encoded in its activation format ({@code --activations quantized}); then the default backend's
  * products over those rows (decode's fused dots, prefill's GEMM, the fused gate/up pair), RMSNorm and RoPE.
  *
  * <p>After each format's and row length's workout it prints {@code allocated <format> <elements> <bytes>}: what
- * this thread allocated per further {@code dotPreparedRows} call over the 64 rows, in the quietest of up to {@link
- * #MEASURED_WINDOWS} windows of {@link #MEASURED_CALLS} calls (the first that allocated nothing ends them).
+ * this thread allocated per further {@code dotPreparedRows} call over the 64 rows and {@code dotPrepared} of one, in
+ * the quietest of up to {@link #MEASURED_WINDOWS} windows of {@link #MEASURED_CALLS} calls (the first that allocated
+ * nothing ends them).
  *
  * <p>Arguments: iterations at 2,048 elements (a quarter as many at 8,192), then format ids.
  */
 final class KernelWorkout {
-    /** Calls of {@code dotPreparedRows} (64 rows each) a window whose allocated bytes are measured. */
+    /** Calls (64 rows' {@code dotPreparedRows} and one {@code dotPrepared}) a window whose allocation is measured. */
     static final int MEASURED_CALLS = 200;
     /** Windows measured per format and row length, at most; the one that allocated least is printed. */
     static final int MEASURED_WINDOWS = 8;
@@ -70,6 +73,11 @@ final class KernelWorkout {
                 float[] decoded = new float[k];
                 for (int it = 0, n = iterations * 2048 / k; it < n; it++) {
                     q.dotPreparedRows(data, 0, rowBytes, rows, x, 0, prepared, 0, k, out, 0);
+                    // The one-row form twice an iteration: called once (as a 63-row run's odd row), Q8_0's dot still
+                    // ran C1's code (only its loop compiled by C2, on stack) through every window below in one process
+                    // of three, allocating 50,016 bytes a call.
+                    sink += q.dotPrepared(data, (it % rows) * rowBytes, x, 0, prepared, 0, k)
+                            + q.dotPrepared(data, ((it + 1) % rows) * rowBytes, x, 0, prepared, 0, k);
                     q.decode(data, (it % rows) * rowBytes, decoded, 0, k);
                     sink += out[it % rows] + decoded[it % k];
                     if (act != null) {
@@ -85,7 +93,7 @@ final class KernelWorkout {
                     long before = THREADS.getCurrentThreadAllocatedBytes();
                     for (int c = 0; c < MEASURED_CALLS; c++) {
                         q.dotPreparedRows(data, 0, rowBytes, rows, x, 0, prepared, 0, k, out, 0);
-                        sink += out[c % rows];
+                        sink += out[c % rows] + q.dotPrepared(data, (c % rows) * rowBytes, x, 0, prepared, 0, k);
                     }
                     least = Math.min(least, THREADS.getCurrentThreadAllocatedBytes() - before);
                 }

@@ -77,19 +77,18 @@ final class KQuants {
     }
 
     /**
-     * {@link Quantizer#dotPreparedRows} of the K formats: with a {@code pairs} kernel and rows longer than {@code
-     * oneRowMax} elements, two rows at a time, half the run apart so that the pairs read two continuous streams of
-     * weights, then the odd row alone; otherwise one {@code dotPrepared} a row. Q6_K passes {@link
-     * Blocks#ONE_ROW_MAX_COUNT}: on the Intel Xeon VM of 2026-12-05, where that is 0, its pairs were faster at 2,048
-     * elements too ({@code bench -m 1b-q4_k_m.gguf -p 16 -n 32 -r 2 --profile}, two alternating pairs: the Q6_K output
-     * matrix 12.7 GB/s one row at a time against 15.2-15.6). Q4_K passes its own limit, as its one-row form reads
-     * activations prepared for it alone ({@code Q4KQuantizer.masked}).
+     * {@link Quantizer#dotPreparedRows} of the K formats: with a {@code pairs} kernel and rows longer than {@link
+     * Blocks#ONE_ROW_MAX_COUNT} elements, two rows at a time, half the run apart so that the pairs read two continuous
+     * streams of weights, then the odd row alone; otherwise one {@code dotPrepared} a row. On the Intel Xeon VM of
+     * 2026-12-05, where that limit is 0, Q6_K's pairs were faster at 2,048 elements too ({@code bench -m
+     * 1b-q4_k_m.gguf -p 16 -n 32 -r 2 --profile}, two alternating pairs: the Q6_K output matrix 12.7 GB/s one row at a
+     * time against 15.2-15.6).
      */
-    static void dotPreparedRows(Quantizer q, PairKernel pairs, int oneRowMax, MemorySegment src, long offset,
-                                long stride, int rows, float[] x, int xOffset, float[] prepared, int preparedOffset,
-                                int count, float[] out, int outIndex) {
+    static void dotPreparedRows(Quantizer q, PairKernel pairs, MemorySegment src, long offset, long stride, int rows,
+                                float[] x, int xOffset, float[] prepared, int preparedOffset, int count, float[] out,
+                                int outIndex) {
         int r = 0;
-        if (pairs != null && count > oneRowMax) {
+        if (pairs != null && count > Blocks.ONE_ROW_MAX_COUNT) {
             int half = rows / 2;
             for (int i = 0; i < half; i++) {
                 pairs.pair(src, offset + i * stride, half * stride, prepared, preparedOffset, count / 256, out,
@@ -223,8 +222,6 @@ final class KQuants {
      * scaled sub-block scales; none of them calls another while it holds the buffer.
      */
     static final ThreadLocal<float[]> SCALES_AND_MINS = ThreadLocal.withInitial(() -> new float[16]);
-    /** The calling thread's one float for a single row of a matrix whose rows the pair kernels take. */
-    static final ThreadLocal<float[]> ONE = ThreadLocal.withInitial(() -> new float[1]);
     /** Lanes 0-7 scales, 8-15 mins: where each lane's low bits are, in the 16 bytes from a super-block's start. */
     private static final VectorShuffle<Integer> LOW_BITS = VectorShuffle.fromValues(IntVector.SPECIES_512,
             4, 5, 6, 7, 12, 13, 14, 15, 8, 9, 10, 11, 12, 13, 14, 15);

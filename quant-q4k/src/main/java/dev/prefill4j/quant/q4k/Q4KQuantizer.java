@@ -79,19 +79,14 @@ public final class Q4KQuantizer implements Quantizer {
     }
 
     /**
-     * The longest rows that {@link #dotPacked16} reads, one at a time, from activations prepared scaled for nibbles
-     * masked in place; longer ones go two at a time through {@link #pairPacked16}, which shifts the nibbles down (with
-     * the seven masks its loop ran slower: C2 kept them in no registers and broadcast them again in the loop). Not
-     * {@link Blocks#ONE_ROW_MAX_COUNT}: where that is 0 (Intel), every row of a two- or three-row decode step, of a
-     * {@code dot} and the odd row of a run would go through the pair kernel alone, computed twice: {@code bench -m
-     * 1b-q4_k_m.gguf -p 16 -n 32 -r 1 --burst 3}, two alternating pairs on the Intel Xeon VM (2026-12-05), generation
-     * in bursts of three 10.30-10.49 tok/s with this limit against 7.81-8.04 with that one.
+     * {@return whether rows of {@code count} elements take {@link #dotPacked16}}: up to {@link
+     * Blocks#ONE_ROW_MAX_COUNT}, the rows read one at a time, from activations prepared scaled for nibbles masked in
+     * place; longer ones go two at a time through {@link #pairPacked16}, which shifts the nibbles down (with the seven
+     * masks its loop ran slower: C2 kept them in no registers and broadcast them again in the loop), and alone through
+     * {@link #dotShifted16}.
      */
-    private static final int MASKED_MAX_COUNT = 4096;
-
-    /** {@return whether rows of {@code count} elements take {@link #dotPacked16}} ({@link #MASKED_MAX_COUNT}) */
     private static boolean masked(int count) {
-        return PACKED16 && count <= MASKED_MAX_COUNT;
+        return PACKED16 && count <= Blocks.ONE_ROW_MAX_COUNT;
     }
 
     /** The factor of the activations of nibble {@code s} in {@link #dotPacked16}'s order: {@code 2^-4s}, 1 for the top. */
@@ -176,11 +171,8 @@ public final class Q4KQuantizer implements Quantizer {
             if (masked(count)) {
                 return dotPacked16(src, offset, prepared, preparedOffset, count / QK);
             }
-            // A row of a longer matrix (the odd one after the pairs, or a single dot): the pair kernel over the row
-            // twice, which computes each row as one alone would.
-            float[] one = KQuants.ONE.get();
-            pairPacked16(src, offset, 0, prepared, preparedOffset, count / QK, one, 0, 0);
-            return one[0];
+            // A row of a longer matrix (the odd one after the pairs, a decode step's row, a single dot).
+            return dotShifted16(src, offset, prepared, preparedOffset, count / QK);
         }
         int blocks = count / QK;
         byte[] b = Blocks.stage(src, offset, blocks * BYTES);
@@ -228,7 +220,7 @@ public final class Q4KQuantizer implements Quantizer {
     }
 
     /**
-     * With the packed form, rows longer than {@link #MASKED_MAX_COUNT} elements two at a time ({@link
+     * With the packed form, rows longer than {@link Blocks#ONE_ROW_MAX_COUNT} elements two at a time ({@link
      * #pairPacked16}, through {@link KQuants#dotPreparedRows}); otherwise one call a row. Rows of 8,192 elements
      * prepare 36 KiB, which with the weights streaming through overflow L1: each prepared vector loaded once for two
      * rows, {@code bench -m 1b-q4_k_m.gguf -p 16 -n 64 -r 1 --verify-tokens 0 --profile}, three alternating pairs:
@@ -239,8 +231,7 @@ public final class Q4KQuantizer implements Quantizer {
     public void dotPreparedRows(MemorySegment src, long offset, long stride, int rows, float[] x, int xOffset,
                                 float[] prepared, int preparedOffset, int count, float[] out, int outIndex) {
         Blocks.checkCount(count, QK, id());
-        KQuants.dotPreparedRows(this, PACKED16 ? PAIRS : null, MASKED_MAX_COUNT, src, offset, stride, rows, x,
-                xOffset, prepared,
+        KQuants.dotPreparedRows(this, PACKED16 ? PAIRS : null, src, offset, stride, rows, x, xOffset, prepared,
                 preparedOffset, count, out, outIndex);
     }
 
@@ -339,6 +330,94 @@ public final class Q4KQuantizer implements Quantizer {
                     .convertShape(VectorOperators.I2F, f, 0))
                     .fma(FloatVector.fromArray(f, prepared, p + 240), tl);
             th = ((FloatVector) v.lanewise(VectorOperators.LSHR, 28).convertShape(VectorOperators.I2F, f, 0))
+                    .fma(FloatVector.fromArray(f, prepared, p + 256), th);
+            a0 = tl.fma(sm.rearrange(LOW1), a0);
+            a1 = th.fma(sm.rearrange(HIGH1), a1);
+            mins = sm.fma(FloatVector.fromArray(f, prepared, p + 272), mins);
+        }
+        FloatVector v = a0.add(a1).add(mins);
+        v = v.add(v.rearrange(KQuants.X8));
+        v = v.add(v.rearrange(KQuants.X4));
+        v = v.add(v.rearrange(KQuants.X2));
+        return v.add(v.rearrange(KQuants.X1)).lane(0);
+    }
+
+    /**
+     * One row of {@link #pairPacked16}, for the rows that {@link #dotPacked16} does not read ({@link #masked}): each
+     * nibble shifted down and masked, the same products and sums in the same order as the pair kernel computes for
+     * each of its rows, so the same bits. It used to be the pair kernel over the row twice: on the Intel Xeon VM of
+     * 2026-12-05, where {@link Blocks#ONE_ROW_MAX_COUNT} is 0 and every row pairs, that is what each row of a decode
+     * step of two or three activation rows and each single {@code dot} would have run. Written out, with no helper for
+     * a nibble's conversion: with one (taking and returning vectors), C2 stopped inlining it into this loop at its
+     * node-count cutoff and boxed every vector, 167,703 young collections in a {@code --burst 3} run of the 1B Q4_K_M
+     * file, 1.2-2.7 tok/s (KernelInliningTest now calls the one-row forms and names such calls). As loops over the two
+     * halves and the nibble pairs (the shuffles picked by the half): 7.0-10.6 GB/s against 10.1-13.0 written out, one
+     * row a call at 2,048 elements (a harness outside the repository, 512 MiB of rows, two threads, two alternating
+     * pairs of processes; Intel Xeon VM, 2026-12-05).
+     */
+    private static float dotShifted16(MemorySegment src, long offset, float[] prepared, int preparedOffset,
+                                      int blocks) {
+        var f = FloatVector.SPECIES_512;
+        FloatVector a0 = FloatVector.zero(f);
+        FloatVector a1 = a0;
+        FloatVector mins = a0;
+        IntVector nibble = IntVector.broadcast(IntVector.SPECIES_512, 0x0F);
+        long o = offset;
+        int p = preparedOffset;
+        for (int k = 0; k < blocks; k++, o += BYTES, p += PREPARED_PER_BLOCK) {
+            FloatVector sm = KQuants.factors16((IntVector) ByteVector.fromMemorySegment(ByteVector.SPECIES_128, src,
+                    o, ByteOrder.LITTLE_ENDIAN).convertShape(VectorOperators.ZERO_EXTEND_B2I, IntVector.SPECIES_512, 0),
+                    src.get(Blocks.I32, o));
+            IntVector v0 = ByteVector.fromMemorySegment(ByteVector.SPECIES_512, src, o + 16, ByteOrder.LITTLE_ENDIAN)
+                    .reinterpretAsInts();
+            FloatVector tl = ((FloatVector) v0.and(nibble).convertShape(VectorOperators.I2F, f, 0))
+                    .mul(FloatVector.fromArray(f, prepared, p));
+            FloatVector th = ((FloatVector) v0.lanewise(VectorOperators.LSHR, 4).and(nibble)
+                    .convertShape(VectorOperators.I2F, f, 0))
+                    .mul(FloatVector.fromArray(f, prepared, p + 16));
+            tl = ((FloatVector) v0.lanewise(VectorOperators.LSHR, 8).and(nibble)
+                    .convertShape(VectorOperators.I2F, f, 0))
+                    .fma(FloatVector.fromArray(f, prepared, p + 32), tl);
+            th = ((FloatVector) v0.lanewise(VectorOperators.LSHR, 12).and(nibble)
+                    .convertShape(VectorOperators.I2F, f, 0))
+                    .fma(FloatVector.fromArray(f, prepared, p + 48), th);
+            tl = ((FloatVector) v0.lanewise(VectorOperators.LSHR, 16).and(nibble)
+                    .convertShape(VectorOperators.I2F, f, 0))
+                    .fma(FloatVector.fromArray(f, prepared, p + 64), tl);
+            th = ((FloatVector) v0.lanewise(VectorOperators.LSHR, 20).and(nibble)
+                    .convertShape(VectorOperators.I2F, f, 0))
+                    .fma(FloatVector.fromArray(f, prepared, p + 80), th);
+            tl = ((FloatVector) v0.lanewise(VectorOperators.LSHR, 24).and(nibble)
+                    .convertShape(VectorOperators.I2F, f, 0))
+                    .fma(FloatVector.fromArray(f, prepared, p + 96), tl);
+            th = ((FloatVector) v0.lanewise(VectorOperators.LSHR, 28).convertShape(VectorOperators.I2F, f, 0))
+                    .fma(FloatVector.fromArray(f, prepared, p + 112), th);
+            a0 = tl.fma(sm.rearrange(LOW0), a0);
+            a1 = th.fma(sm.rearrange(HIGH0), a1);
+            mins = sm.fma(FloatVector.fromArray(f, prepared, p + 128), mins);
+            IntVector v1 = ByteVector.fromMemorySegment(ByteVector.SPECIES_512, src, o + 80, ByteOrder.LITTLE_ENDIAN)
+                    .reinterpretAsInts();
+            tl = ((FloatVector) v1.and(nibble).convertShape(VectorOperators.I2F, f, 0))
+                    .mul(FloatVector.fromArray(f, prepared, p + 144));
+            th = ((FloatVector) v1.lanewise(VectorOperators.LSHR, 4).and(nibble)
+                    .convertShape(VectorOperators.I2F, f, 0))
+                    .mul(FloatVector.fromArray(f, prepared, p + 160));
+            tl = ((FloatVector) v1.lanewise(VectorOperators.LSHR, 8).and(nibble)
+                    .convertShape(VectorOperators.I2F, f, 0))
+                    .fma(FloatVector.fromArray(f, prepared, p + 176), tl);
+            th = ((FloatVector) v1.lanewise(VectorOperators.LSHR, 12).and(nibble)
+                    .convertShape(VectorOperators.I2F, f, 0))
+                    .fma(FloatVector.fromArray(f, prepared, p + 192), th);
+            tl = ((FloatVector) v1.lanewise(VectorOperators.LSHR, 16).and(nibble)
+                    .convertShape(VectorOperators.I2F, f, 0))
+                    .fma(FloatVector.fromArray(f, prepared, p + 208), tl);
+            th = ((FloatVector) v1.lanewise(VectorOperators.LSHR, 20).and(nibble)
+                    .convertShape(VectorOperators.I2F, f, 0))
+                    .fma(FloatVector.fromArray(f, prepared, p + 224), th);
+            tl = ((FloatVector) v1.lanewise(VectorOperators.LSHR, 24).and(nibble)
+                    .convertShape(VectorOperators.I2F, f, 0))
+                    .fma(FloatVector.fromArray(f, prepared, p + 240), tl);
+            th = ((FloatVector) v1.lanewise(VectorOperators.LSHR, 28).convertShape(VectorOperators.I2F, f, 0))
                     .fma(FloatVector.fromArray(f, prepared, p + 256), th);
             a0 = tl.fma(sm.rearrange(LOW1), a0);
             a1 = th.fma(sm.rearrange(HIGH1), a1);

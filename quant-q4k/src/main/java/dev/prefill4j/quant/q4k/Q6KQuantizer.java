@@ -347,8 +347,7 @@ public final class Q6KQuantizer implements Quantizer {
     public void dotPreparedRows(MemorySegment src, long offset, long stride, int rows, float[] x, int xOffset,
                                 float[] prepared, int preparedOffset, int count, float[] out, int outIndex) {
         Blocks.checkCount(count, QK, id());
-        KQuants.dotPreparedRows(this, PACKED16 ? PAIRS : null, Blocks.ONE_ROW_MAX_COUNT, src, offset, stride, rows, x,
-                xOffset, prepared,
+        KQuants.dotPreparedRows(this, PACKED16 ? PAIRS : null, src, offset, stride, rows, x, xOffset, prepared,
                 preparedOffset, count, out, outIndex);
     }
 
