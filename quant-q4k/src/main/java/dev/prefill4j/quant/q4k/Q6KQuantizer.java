@@ -109,27 +109,44 @@ public final class Q6KQuantizer implements Quantizer {
         return PACKED ? VectorShuffle.fromOp(FloatVector.SPECIES_256, i -> 2 * p + (i >= 4 ? 1 : 0)) : null;
     }
 
-    /** With 8 or 16 float lanes, a copy of the activations in {@link #dotPrepared}'s order; nothing elsewhere. */
+    /**
+     * With 8 float lanes a copy of the activations in {@link #dotPrepared}'s order; with 16 that copy scaled for levels
+     * masked in place and, per 64 activations, sixteen sums for the {@code - 32} of the levels ({@link
+     * #PREPARED_PER_HALF} a half super-block); nothing elsewhere.
+     */
     @Override
     public int preparedActivations(int count) {
         Blocks.checkCount(count, QK, id());
-        return PACKED || PACKED16 ? count : 0;
+        return PACKED16 ? count / 128 * PREPARED_PER_HALF : PACKED ? count : 0;
     }
+
+    /** {@link #prepareActivations}' floats for 128 weights with 16 lanes: two runs of 64 scaled, each with 16 sums. */
+    private static final int PREPARED_PER_HALF = 160;
+    /** The factor of the activations of byte {@code s} of a lane in the 16-lane form: {@code 2^-8s}. */
+    private static final float[] MASKED_SCALES = {1f, 0x1p-8f, 0x1p-16f, 0x1p-24f};
 
     /**
      * The order in which {@link #dotPrepared} takes the levels out of their bytes. With 8 lanes each run of 32
-     * activations {@code x[y0 + l]} as four runs of eight, {@code x[y0 + 4i + j]} at {@code 8j + i}; with 16 each run
-     * of 64 as four runs of sixteen, {@code x[y0 + 4j + t]} at {@code 16t + j}.
+     * activations {@code x[y0 + l]} as four runs of eight, {@code x[y0 + 4i + j]} at {@code 8j + i}. With 16 each run
+     * of 64 as four runs of sixteen, {@code x[y0 + 4j + t]} times {@code 2^-8t} at {@code 16t + j} (the level of byte
+     * {@code t} of lane {@code j} is read in place, {@code 2^8t} times its value: a power of two, so the same products
+     * unless the scaled activation is subnormal, below 2^-102 in magnitude), then sixteen floats {@code -32 * (((x[y0 +
+     * 4j] + x[y0 + 4j + 1]) + x[y0 + 4j + 2]) + x[y0 + 4j + 3])}, the {@code - 32} of lane {@code j}'s four levels,
+     * whose scale group is one: 80 floats a run.
      */
     @Override
     public void prepareActivations(float[] x, int xOffset, int count, float[] prepared, int preparedOffset) {
         Blocks.checkCount(count, QK, id());
         if (PACKED16) {
-            for (int y0 = 0; y0 < count; y0 += 64) {
+            for (int y0 = 0, p = preparedOffset; y0 < count; y0 += 64, p += PREPARED_PER_HALF / 2) {
                 for (int t = 0; t < 4; t++) {
                     for (int j = 0; j < 16; j++) {
-                        prepared[preparedOffset + y0 + 16 * t + j] = x[xOffset + y0 + 4 * j + t];
+                        prepared[p + 16 * t + j] = MASKED_SCALES[t] * x[xOffset + y0 + 4 * j + t];
                     }
+                }
+                for (int j = 0; j < 16; j++) {
+                    int i = xOffset + y0 + 4 * j;
+                    prepared[p + 64 + j] = -32 * (((x[i] + x[i + 1]) + x[i + 2]) + x[i + 3]);
                 }
             }
             return;
@@ -253,11 +270,20 @@ public final class Q6KQuantizer implements Quantizer {
      * {@link #dotPrepared}'s packed form for 16 float lanes: 64 levels at a time in the bytes of int lanes, the levels
      * of ql bytes 0-31 of a half in lanes 0-7 and those of bytes 32-63 in lanes 8-15, with the half's 32 qh bytes in
      * both (one lane permute) shifted by 0 and 2 per lane, so that the same masks and shifts as the 8-lane form join
-     * all four parts; the scales of groups 0-3 and 4-7 of the half, four lanes each, by two lane permutes. Against the
-     * fused form it replaced (bits joined per 16 levels in int lanes, each group's scale broadcast), this form with its
-     * lane tree written out, one thread on a Zen 5 VM (AVX-512, 2026-12-02), 2,048-element rows, four pairs of
-     * processes, medians of 24 timings: 15.1 against 10.4 G weights/s in L2, 14.3 against 9.0 streamed from memory
-     * (docs/performance-notes.md: Kernels; decode of the 1B files under Against llama.cpp). Written out in one method,
+     * all four parts; the scales of groups 0-3 and 4-7 of the half, four lanes each, by two lane permutes. Each level
+     * is read in place ({@code and} with its byte's mask, converted: {@code 2^8t} times the level of byte {@code t},
+     * from 0 to 63) against activations {@link #prepareActivations} scaled by {@code 2^-8t}, and the {@code - 32} of a
+     * lane's four levels comes from the prepared sum its product chain starts from (an FMA where a multiply was): no
+     * top bit flipped, no shift up and down per level. On the Intel Xeon VM (2026-12-05), where 512-bit shifts and
+     * conversions share one port, against the sign-extending form: 13.5-17.8 against 12.4-15.4 GB/s (the module's
+     * {@code dotPreparedRows}, pairs, 2,048-element rows streamed from 512 MiB, two threads, a harness outside the
+     * repository, two alternating pairs of processes); in the model the output matrix of the 1B Q4_0 and TQ2_0 files
+     * ({@code bench -p 16 -n 32 -r 2 --profile}, two alternating pairs each) 16.0-16.5 against 15.5-15.9 GB/s, tg32
+     * within the noise. Against the fused form it replaced (bits joined per 16 levels in int lanes, each group's
+     * scale broadcast), this form with its lane tree written out, one thread on a Zen 5 VM (AVX-512, 2026-12-02),
+     * 2,048-element rows, four pairs of processes, medians of 24 timings: 15.1 against 10.4 G weights/s in L2, 14.3
+     * against 9.0 streamed from memory (docs/performance-notes.md: Kernels; decode of the 1B files under Against
+     * llama.cpp). Written out in one method,
      * as the 8-lane form is: the same arithmetic through helpers that take and return vectors compiled to boxed vectors
      * (allocations in the loop, seen in C2's code) and ran at 0.83x. The four levels in a lane's bytes belong to one
      * scale group, so their products with the activations are added first and then scaled by one FMA: ten multiplies
@@ -284,6 +310,10 @@ public final class Q6KQuantizer implements Quantizer {
         var f = FloatVector.SPECIES_512;
         FloatVector a0 = FloatVector.zero(f);
         FloatVector a1 = a0;
+        IntVector m0 = IntVector.broadcast(IntVector.SPECIES_512, 0x3F); // each lane's four levels, masked in place
+        IntVector m1 = IntVector.broadcast(IntVector.SPECIES_512, 0x3F00);
+        IntVector m2 = IntVector.broadcast(IntVector.SPECIES_512, 0x3F_0000);
+        IntVector m3 = IntVector.broadcast(IntVector.SPECIES_512, 0x3F00_0000);
         long o = offset;
         int yb = preparedOffset;
         for (int u = 0; u < 2 * blocks; u++) {
@@ -294,35 +324,34 @@ public final class Q6KQuantizer implements Quantizer {
             IntVector hb = ((IntVector) ByteVector
                     .fromMemorySegment(ByteVector.SPECIES_256, src, o + 128 + 32 * h, ByteOrder.LITTLE_ENDIAN)
                     .reinterpretShape(IntVector.SPECIES_512, 0)).rearrange(QH_TWICE)
-                    .lanewise(VectorOperators.XOR, 0xAAAAAAAA) // the top bit of every level flipped: q ^ 32
                     .lanewise(VectorOperators.LSHR, QH_SHIFTS);
             FloatVector sh = ((FloatVector) ByteVector
                     .fromMemorySegment(ByteVector.SPECIES_64, src, o + 192 + 8 * h, ByteOrder.LITTLE_ENDIAN)
                     .convertShape(VectorOperators.B2F, f, 0)).mul(Blocks.fp16(src, o + 208));
-            int y = yb + 128 * h;
+            int y = yb + PREPARED_PER_HALF * h;
             // A lane's four levels share its group's scale: their products are added first, then scaled once.
             IntVector q01 = lo.and(0x0F0F0F0F).or(hb.and(0x03030303).lanewise(VectorOperators.LSHL, 4));
-            FloatVector t01 = ((FloatVector) q01.lanewise(VectorOperators.LSHL, 26).lanewise(VectorOperators.ASHR, 26)
-                    .convertShape(VectorOperators.I2F, f, 0)).mul(FloatVector.fromArray(f, prepared, y));
-            t01 = ((FloatVector) q01.lanewise(VectorOperators.LSHL, 18).lanewise(VectorOperators.ASHR, 26)
+            FloatVector t01 = ((FloatVector) q01.and(m0).convertShape(VectorOperators.I2F, f, 0))
+                    .fma(FloatVector.fromArray(f, prepared, y), FloatVector.fromArray(f, prepared, y + 64));
+            t01 = ((FloatVector) q01.and(m1)
                     .convertShape(VectorOperators.I2F, f, 0)).fma(FloatVector.fromArray(f, prepared, y + 16), t01);
-            t01 = ((FloatVector) q01.lanewise(VectorOperators.LSHL, 10).lanewise(VectorOperators.ASHR, 26)
+            t01 = ((FloatVector) q01.and(m2)
                     .convertShape(VectorOperators.I2F, f, 0)).fma(FloatVector.fromArray(f, prepared, y + 32), t01);
-            t01 = ((FloatVector) q01.lanewise(VectorOperators.LSHL, 2).lanewise(VectorOperators.ASHR, 26)
+            t01 = ((FloatVector) q01.and(m3)
                     .convertShape(VectorOperators.I2F, f, 0)).fma(FloatVector.fromArray(f, prepared, y + 48), t01);
             a0 = t01.fma(sh.rearrange(GROUPS_0_3), a0);
             IntVector q23 = lo.lanewise(VectorOperators.LSHR, 4).and(0x0F0F0F0F).or(hb.and(0x30303030));
-            FloatVector t23 = ((FloatVector) q23.lanewise(VectorOperators.LSHL, 26).lanewise(VectorOperators.ASHR, 26)
-                    .convertShape(VectorOperators.I2F, f, 0)).mul(FloatVector.fromArray(f, prepared, y + 64));
-            t23 = ((FloatVector) q23.lanewise(VectorOperators.LSHL, 18).lanewise(VectorOperators.ASHR, 26)
-                    .convertShape(VectorOperators.I2F, f, 0)).fma(FloatVector.fromArray(f, prepared, y + 80), t23);
-            t23 = ((FloatVector) q23.lanewise(VectorOperators.LSHL, 10).lanewise(VectorOperators.ASHR, 26)
+            FloatVector t23 = ((FloatVector) q23.and(m0).convertShape(VectorOperators.I2F, f, 0))
+                    .fma(FloatVector.fromArray(f, prepared, y + 80), FloatVector.fromArray(f, prepared, y + 144));
+            t23 = ((FloatVector) q23.and(m1)
                     .convertShape(VectorOperators.I2F, f, 0)).fma(FloatVector.fromArray(f, prepared, y + 96), t23);
-            t23 = ((FloatVector) q23.lanewise(VectorOperators.LSHL, 2).lanewise(VectorOperators.ASHR, 26)
+            t23 = ((FloatVector) q23.and(m2)
                     .convertShape(VectorOperators.I2F, f, 0)).fma(FloatVector.fromArray(f, prepared, y + 112), t23);
+            t23 = ((FloatVector) q23.and(m3)
+                    .convertShape(VectorOperators.I2F, f, 0)).fma(FloatVector.fromArray(f, prepared, y + 128), t23);
             a1 = t23.fma(sh.rearrange(GROUPS_4_7), a1);
             o += h * BYTES; // the next super-block after its second half
-            yb += h * QK;
+            yb += h * 2 * PREPARED_PER_HALF;
         }
         // KQuants.sum's tree for 16 lanes written out (the same additions), as in the 8-lane form: called here, C2
         // left it out of line and boxed its argument for every row (a heap histogram during decode of the 1B Q4_K_M
@@ -365,18 +394,21 @@ public final class Q6KQuantizer implements Quantizer {
         FloatVector a1 = a0;
         FloatVector b0 = a0;
         FloatVector b1 = a0;
+        IntVector m0 = IntVector.broadcast(IntVector.SPECIES_512, 0x3F);
+        IntVector m1 = IntVector.broadcast(IntVector.SPECIES_512, 0x3F00);
+        IntVector m2 = IntVector.broadcast(IntVector.SPECIES_512, 0x3F_0000);
+        IntVector m3 = IntVector.broadcast(IntVector.SPECIES_512, 0x3F00_0000);
         long o = offset;
         int yb = preparedOffset;
         for (int u = 0; u < 2 * blocks; u++) {
             int h = u & 1;
-            int y = yb + 128 * h;
+            int y = yb + PREPARED_PER_HALF * h;
             IntVector lo = ByteVector
                     .fromMemorySegment(ByteVector.SPECIES_512, src, o + 64 * h, ByteOrder.LITTLE_ENDIAN)
                     .reinterpretAsInts();
             IntVector hb = ((IntVector) ByteVector
                     .fromMemorySegment(ByteVector.SPECIES_256, src, o + 128 + 32 * h, ByteOrder.LITTLE_ENDIAN)
                     .reinterpretShape(IntVector.SPECIES_512, 0)).rearrange(QH_TWICE)
-                    .lanewise(VectorOperators.XOR, 0xAAAAAAAA)
                     .lanewise(VectorOperators.LSHR, QH_SHIFTS);
             FloatVector sh = ((FloatVector) ByteVector
                     .fromMemorySegment(ByteVector.SPECIES_64, src, o + 192 + 8 * h, ByteOrder.LITTLE_ENDIAN)
@@ -387,7 +419,6 @@ public final class Q6KQuantizer implements Quantizer {
             IntVector hbB = ((IntVector) ByteVector
                     .fromMemorySegment(ByteVector.SPECIES_256, src, o + stride + 128 + 32 * h, ByteOrder.LITTLE_ENDIAN)
                     .reinterpretShape(IntVector.SPECIES_512, 0)).rearrange(QH_TWICE)
-                    .lanewise(VectorOperators.XOR, 0xAAAAAAAA)
                     .lanewise(VectorOperators.LSHR, QH_SHIFTS);
             FloatVector shB = ((FloatVector) ByteVector
                     .fromMemorySegment(ByteVector.SPECIES_64, src, o + stride + 192 + 8 * h, ByteOrder.LITTLE_ENDIAN)
@@ -395,53 +426,51 @@ public final class Q6KQuantizer implements Quantizer {
             IntVector q01 = lo.and(0x0F0F0F0F).or(hb.and(0x03030303).lanewise(VectorOperators.LSHL, 4));
             IntVector q01B = loB.and(0x0F0F0F0F).or(hbB.and(0x03030303).lanewise(VectorOperators.LSHL, 4));
             FloatVector x00 = FloatVector.fromArray(f, prepared, y);
-            FloatVector t01 = ((FloatVector) q01.lanewise(VectorOperators.LSHL, 26).lanewise(VectorOperators.ASHR, 26)
-                    .convertShape(VectorOperators.I2F, f, 0)).mul(x00);
-            FloatVector t01B = ((FloatVector) q01B.lanewise(VectorOperators.LSHL, 26).lanewise(VectorOperators.ASHR, 26)
-                    .convertShape(VectorOperators.I2F, f, 0)).mul(x00);
+            FloatVector c0 = FloatVector.fromArray(f, prepared, y + 64);
+            FloatVector t01 = ((FloatVector) q01.and(m0).convertShape(VectorOperators.I2F, f, 0)).fma(x00, c0);
+            FloatVector t01B = ((FloatVector) q01B.and(m0).convertShape(VectorOperators.I2F, f, 0)).fma(x00, c0);
             FloatVector x01 = FloatVector.fromArray(f, prepared, y + 16);
-            t01 = ((FloatVector) q01.lanewise(VectorOperators.LSHL, 18).lanewise(VectorOperators.ASHR, 26)
+            t01 = ((FloatVector) q01.and(m1)
                     .convertShape(VectorOperators.I2F, f, 0)).fma(x01, t01);
-            t01B = ((FloatVector) q01B.lanewise(VectorOperators.LSHL, 18).lanewise(VectorOperators.ASHR, 26)
+            t01B = ((FloatVector) q01B.and(m1)
                     .convertShape(VectorOperators.I2F, f, 0)).fma(x01, t01B);
             FloatVector x02 = FloatVector.fromArray(f, prepared, y + 32);
-            t01 = ((FloatVector) q01.lanewise(VectorOperators.LSHL, 10).lanewise(VectorOperators.ASHR, 26)
+            t01 = ((FloatVector) q01.and(m2)
                     .convertShape(VectorOperators.I2F, f, 0)).fma(x02, t01);
-            t01B = ((FloatVector) q01B.lanewise(VectorOperators.LSHL, 10).lanewise(VectorOperators.ASHR, 26)
+            t01B = ((FloatVector) q01B.and(m2)
                     .convertShape(VectorOperators.I2F, f, 0)).fma(x02, t01B);
             FloatVector x03 = FloatVector.fromArray(f, prepared, y + 48);
-            t01 = ((FloatVector) q01.lanewise(VectorOperators.LSHL, 2).lanewise(VectorOperators.ASHR, 26)
+            t01 = ((FloatVector) q01.and(m3)
                     .convertShape(VectorOperators.I2F, f, 0)).fma(x03, t01);
-            t01B = ((FloatVector) q01B.lanewise(VectorOperators.LSHL, 2).lanewise(VectorOperators.ASHR, 26)
+            t01B = ((FloatVector) q01B.and(m3)
                     .convertShape(VectorOperators.I2F, f, 0)).fma(x03, t01B);
             a0 = t01.fma(sh.rearrange(GROUPS_0_3), a0);
             b0 = t01B.fma(shB.rearrange(GROUPS_0_3), b0);
             IntVector q23 = lo.lanewise(VectorOperators.LSHR, 4).and(0x0F0F0F0F).or(hb.and(0x30303030));
             IntVector q23B = loB.lanewise(VectorOperators.LSHR, 4).and(0x0F0F0F0F).or(hbB.and(0x30303030));
-            FloatVector x10 = FloatVector.fromArray(f, prepared, y + 64);
-            FloatVector t23 = ((FloatVector) q23.lanewise(VectorOperators.LSHL, 26).lanewise(VectorOperators.ASHR, 26)
-                    .convertShape(VectorOperators.I2F, f, 0)).mul(x10);
-            FloatVector t23B = ((FloatVector) q23B.lanewise(VectorOperators.LSHL, 26).lanewise(VectorOperators.ASHR, 26)
-                    .convertShape(VectorOperators.I2F, f, 0)).mul(x10);
-            FloatVector x11 = FloatVector.fromArray(f, prepared, y + 80);
-            t23 = ((FloatVector) q23.lanewise(VectorOperators.LSHL, 18).lanewise(VectorOperators.ASHR, 26)
+            FloatVector x10 = FloatVector.fromArray(f, prepared, y + 80);
+            FloatVector c1 = FloatVector.fromArray(f, prepared, y + 144);
+            FloatVector t23 = ((FloatVector) q23.and(m0).convertShape(VectorOperators.I2F, f, 0)).fma(x10, c1);
+            FloatVector t23B = ((FloatVector) q23B.and(m0).convertShape(VectorOperators.I2F, f, 0)).fma(x10, c1);
+            FloatVector x11 = FloatVector.fromArray(f, prepared, y + 96);
+            t23 = ((FloatVector) q23.and(m1)
                     .convertShape(VectorOperators.I2F, f, 0)).fma(x11, t23);
-            t23B = ((FloatVector) q23B.lanewise(VectorOperators.LSHL, 18).lanewise(VectorOperators.ASHR, 26)
+            t23B = ((FloatVector) q23B.and(m1)
                     .convertShape(VectorOperators.I2F, f, 0)).fma(x11, t23B);
-            FloatVector x12 = FloatVector.fromArray(f, prepared, y + 96);
-            t23 = ((FloatVector) q23.lanewise(VectorOperators.LSHL, 10).lanewise(VectorOperators.ASHR, 26)
+            FloatVector x12 = FloatVector.fromArray(f, prepared, y + 112);
+            t23 = ((FloatVector) q23.and(m2)
                     .convertShape(VectorOperators.I2F, f, 0)).fma(x12, t23);
-            t23B = ((FloatVector) q23B.lanewise(VectorOperators.LSHL, 10).lanewise(VectorOperators.ASHR, 26)
+            t23B = ((FloatVector) q23B.and(m2)
                     .convertShape(VectorOperators.I2F, f, 0)).fma(x12, t23B);
-            FloatVector x13 = FloatVector.fromArray(f, prepared, y + 112);
-            t23 = ((FloatVector) q23.lanewise(VectorOperators.LSHL, 2).lanewise(VectorOperators.ASHR, 26)
+            FloatVector x13 = FloatVector.fromArray(f, prepared, y + 128);
+            t23 = ((FloatVector) q23.and(m3)
                     .convertShape(VectorOperators.I2F, f, 0)).fma(x13, t23);
-            t23B = ((FloatVector) q23B.lanewise(VectorOperators.LSHL, 2).lanewise(VectorOperators.ASHR, 26)
+            t23B = ((FloatVector) q23B.and(m3)
                     .convertShape(VectorOperators.I2F, f, 0)).fma(x13, t23B);
             a1 = t23.fma(sh.rearrange(GROUPS_4_7), a1);
             b1 = t23B.fma(shB.rearrange(GROUPS_4_7), b1);
             o += h * BYTES;
-            yb += h * QK;
+            yb += h * 2 * PREPARED_PER_HALF;
         }
         FloatVector v = a0.add(a1);
         FloatVector w = b0.add(b1);
@@ -558,9 +587,10 @@ public final class Q6KQuantizer implements Quantizer {
 
     /**
      * With the 16-lane packed form and activations in a heap segment, each activation row's Q8_K codes are converted
-     * to floats once for the whole tile, in {@link #prepareActivations}' order, and every weight row runs {@link
-     * #dotCodes16}, the float packed dot over integers: the same integer sums as {@link #dotEncoded}, so the same
-     * bits; otherwise one {@link #dotEncoded} a product ({@link KQuants#dotEncodedRows}).
+     * to floats once for the whole tile, in the 16-lane order of the levels ({@code x[y0 + 4j + t]} at {@code 16t + j}
+     * of each run of 64, not scaled), and every weight row runs {@link #dotCodes16}, the float packed dot over
+     * integers: the same integer sums as {@link #dotEncoded}, so the same bits; otherwise one {@link #dotEncoded} a
+     * product ({@link KQuants#dotEncodedRows}).
      */
     @Override
     public void dotEncodedRows(MemorySegment src, long offset, long stride, int rows, MemorySegment act,
@@ -570,7 +600,7 @@ public final class Q6KQuantizer implements Quantizer {
                 actRows, count, out, outIndex, outStride);
     }
 
-    /** {@link #dotEncodedRows}' kernel: the codes in {@link #prepareActivations}' 16-lane order, {@link #dotCodes16}. */
+    /** {@link #dotEncodedRows}' kernel: the codes in the levels' 16-lane order, {@link #dotCodes16}. */
     private static final KQuants.CodesKernel CODES = new KQuants.CodesKernel() {
         @Override
         public void prepare(byte[] a, int at, int blocks, float[] codes, int from) {
