@@ -342,7 +342,8 @@ final class CpuDevice implements ComputeDevice {
 
     /**
      * Runs the decode steps' fused dot products ({@link #matmulDots}, the path a one-row {@link #matmul} takes) on the
-     * first {@value #WARM_UP_ROWS} rows of each matrix until C2 has been asked to compile them. Its arena for one
+     * first {@value #WARM_UP_ROWS} rows of each matrix, and the format's one-row form ({@code dotPrepared}) on its
+     * first row, until C2 has been asked to compile them. Its arena for one
      * format's dot takes 13–42 MB (the packed Q6_K dot the most); compiled during the first output projection, as
      * they were before, that memory came on top of the whole mapped model and set the process's peak resident size.
      * The activations are a fixed pseudo-random sequence in [-1, 1), so the profile C2 compiles from is a decode
@@ -361,6 +362,19 @@ final class CpuDevice implements ComputeDevice {
             float[] out = new float[rows];
             for (int done = 0; done < WARM_UP_DOTS; done += rows) {
                 matmulDots(head, x, 1, out);
+            }
+            // The one-row form too (a run's odd row, each row of a decode step of two or three activation rows): where
+            // every row is grouped (Blocks.ONE_ROW_MAX_COUNT 0) the loop above never reaches it, and Q4_K's one-row
+            // kernel was compiled during the first generated tokens, its arena on top of the whole mapped model:
+            // bench -m 1b-q4_k_m.gguf -p 512 -n 16 -r 2 peaked at 900.6-902.6 MiB (aim 898.7) against 890.7-891.0
+            // with this (Intel Xeon VM, 2026-12-05). Called directly, half as many times (past C2's thresholds for
+            // rows of 2,048 weights and more): `run -n 1` of that file took 3.73-3.87 s against 3.90-4.05 with this;
+            // with a one-row matmulDots a call, WARM_UP_DOTS times, 4.01-4.27.
+            var format = w.format();
+            float[] prepared = new float[format.preparedActivations(w.cols())];
+            format.prepareActivations(x, 0, w.cols(), prepared, 0);
+            for (int done = 0; done < WARM_UP_DOTS / 2; done++) {
+                format.dotPrepared(head.data(), 0, x, 0, prepared, 0, w.cols());
             }
         }
     }

@@ -45,9 +45,11 @@ public final class Blocks {
      * two to eight (two threads). So 4,096, or 0 where the processor's vendor is Intel ({@code /proc/cpuinfo}); the
      * system property {@value #ONE_ROW_MAX_COUNT_PROPERTY} overrides it. A format that follows it must use this one
      * value in every method whose choice depends on it, so that {@code dotPreparedRows} gives each row the bits {@code
-     * dotPrepared} gives it (the test kit checks that). A format whose one-row kernel is its fast one for other calls
-     * too ({@code dotPrepared} per row in decode steps of two or three activation rows) may keep its own limit: Q4_K
-     * does.
+     * dotPrepared} gives it (the test kit checks that). Where rows group at every length, {@code dotPrepared} still
+     * serves a run's odd row, each row of a decode step of two or three activation rows and a single {@code dot}: a
+     * format that groups rows needs a fast one-row form of its grouping kernel too (Q4_K's pair kernel has one; Q4_K
+     * kept a limit of its own until it did, as its pair kernel over a row twice had cost bursts of three a quarter of
+     * their speed).
      *
      * @since 1.6
      */
