@@ -343,9 +343,9 @@ final class CpuDevice implements ComputeDevice {
     /**
      * Runs the decode steps' fused dot products ({@link #matmulDots}, the path a one-row {@link #matmul} takes) on the
      * first {@value #WARM_UP_ROWS} rows of each matrix, and the format's one-row form ({@code dotPrepared}) on its
-     * first row, until C2 has been asked to compile them. Its arena for one
-     * format's dot takes 13–42 MB (the packed Q6_K dot the most); compiled during the first output projection, as
-     * they were before, that memory came on top of the whole mapped model and set the process's peak resident size.
+     * first row, until C2 has been asked to compile them. Its arena for one format's dot takes 13–42 MB (the packed
+     * Q6_K dot the most); compiled during the first output projection, as they were before, that memory came on top of
+     * the whole mapped model and set the process's peak resident size.
      * The activations are a fixed pseudo-random sequence in [-1, 1), so the profile C2 compiles from is a decode
      * step's: the real row length, every block taken.
      */
