@@ -274,8 +274,8 @@ public final class Q6KQuantizer implements Quantizer {
      * is read in place ({@code and} with its byte's mask, converted: {@code 2^8t} times the level of byte {@code t},
      * from 0 to 63) against activations {@link #prepareActivations} scaled by {@code 2^-8t}, and the {@code - 32} of a
      * lane's four levels comes from the prepared sum its product chain starts from (an FMA where a multiply was): no
-     * top bit flipped, no shift up and down per level. On the Intel Xeon VM (2026-12-05), where 512-bit shifts and
-     * conversions share one port, against the sign-extending form: 13.5-17.8 against 12.4-15.4 GB/s (the module's
+     * top bit flipped, no shift up and down per level. On the Intel Xeon VM (2026-12-05; published port tables put
+     * 512-bit shifts and conversions on one port of these cores, not measured here), against the sign-extending form: 13.5-17.8 against 12.4-15.4 GB/s (the module's
      * {@code dotPreparedRows}, pairs, 2,048-element rows streamed from 512 MiB, two threads, a harness outside the
      * repository, two alternating pairs of processes); in the model the output matrix of the 1B Q4_0 and TQ2_0 files
      * ({@code bench -p 16 -n 32 -r 2 --profile}, two alternating pairs each) 16.0-16.5 against 15.5-15.9 GB/s, tg32
