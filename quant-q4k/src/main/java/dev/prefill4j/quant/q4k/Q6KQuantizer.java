@@ -275,17 +275,17 @@ public final class Q6KQuantizer implements Quantizer {
      * from 0 to 63) against activations {@link #prepareActivations} scaled by {@code 2^-8t}, and the {@code - 32} of a
      * lane's four levels comes from the prepared sum its product chain starts from (an FMA where a multiply was): no
      * top bit flipped, no shift up and down per level. On the Intel Xeon VM (2026-12-05; published port tables put
-     * 512-bit shifts and conversions on one port of these cores, not measured here), against the sign-extending form: 13.5-17.8 against 12.4-15.4 GB/s (the module's
-     * {@code dotPreparedRows}, pairs, 2,048-element rows streamed from 512 MiB, two threads, a harness outside the
-     * repository, two alternating pairs of processes); in the model the output matrix of the 1B Q4_0 and TQ2_0 files
-     * ({@code bench -p 16 -n 32 -r 2 --profile}, two alternating pairs each) 16.0-16.5 against 15.5-15.9 GB/s, tg32
-     * within the noise. Against the fused form it replaced (bits joined per 16 levels in int lanes, each group's
-     * scale broadcast), this form with its lane tree written out, one thread on a Zen 5 VM (AVX-512, 2026-12-02),
-     * 2,048-element rows, four pairs of processes, medians of 24 timings: 15.1 against 10.4 G weights/s in L2, 14.3
-     * against 9.0 streamed from memory (docs/performance-notes.md: Kernels; decode of the 1B files under Against
-     * llama.cpp). Written out in one method,
-     * as the 8-lane form is: the same arithmetic through helpers that take and return vectors compiled to boxed vectors
-     * (allocations in the loop, seen in C2's code) and ran at 0.83x. The four levels in a lane's bytes belong to one
+     * 512-bit shifts and conversions on one port of these cores, not measured here), against the sign-extending form:
+     * 13.5-17.8 against 12.4-15.4 GB/s (the module's {@code dotPreparedRows}, pairs, 2,048-element rows streamed from
+     * 512 MiB, two threads, a harness outside the repository, two alternating pairs of processes); in the model the
+     * output matrix of the 1B Q4_0 and TQ2_0 files ({@code bench -p 16 -n 32 -r 2 --profile}, two alternating pairs
+     * each) 16.0-16.5 against 15.5-15.9 GB/s, tg32 within the noise. Against the fused form it replaced (bits joined
+     * per 16 levels in int lanes, each group's scale broadcast), this form with its lane tree written out, one thread
+     * on a Zen 5 VM (AVX-512, 2026-12-02), 2,048-element rows, four pairs of processes, medians of 24 timings: 15.1
+     * against 10.4 G weights/s in L2, 14.3 against 9.0 streamed from memory (docs/performance-notes.md: Kernels;
+     * decode of the 1B files under Against llama.cpp). Written out in one method, as the 8-lane form is: the same
+     * arithmetic through helpers that take and return vectors compiled to boxed vectors (allocations in the loop, seen
+     * in C2's code) and ran at 0.83x. The four levels in a lane's bytes belong to one
      * scale group, so their products with the activations are added first and then scaled by one FMA: ten multiplies
      * and FMAs a half where there were sixteen. JMH {@code Matmul -p format=q6_k -p rows=1 -p threads=1}, three
      * alternating forks: 3,525-3,610 against 3,564-3,992 ops/s (2026-12-03). Reads the super-blocks straight from
