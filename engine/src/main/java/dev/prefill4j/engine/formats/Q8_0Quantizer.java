@@ -203,6 +203,21 @@ public final class Q8_0Quantizer implements Quantizer {
     }
 
     /**
+     * How many blocks {@link #quad} walks in its inner loop, the outer loop taking a row's blocks this many at a time.
+     * On the Intel Xeon VM (2026-12-05, night), where a weight byte of 2,048-element rows took about 1.2 times as long as
+     * one of 4,096 or 8,192 when streamed but not in L2, one loop over a row's 64 blocks left the short rows that much
+     * slower: in a harness copy of this kernel (two threads, 512 MiB of rows streamed, three alternating pairs of
+     * processes) 2,048-element rows ran at 20.5-25.3 GB/s in loops of 16 blocks against 14.8-22.4 in one loop (4,096
+     * elements: 14.2-26.4 against 23.5-27.8, two passes of twelve slow); loops of 4 (15.6-19.8) and 32 (17.8-22.6)
+     * were slower than 16. In the model, {@code bench -m 1b-q8_0.gguf -p 16 -n 32 -r 2 --profile}, three alternating
+     * pairs: {@code ffn_gate+up} 15.7, 16.1, 15.9 -> 21.2, 19.8, 21.1 GB/s, the output matrix 16.7, 17.3, 17.1 ->
+     * 22.0, 21.3, 22.5, {@code ffn_down} (8,192 elements) 21.7, 22.5, 22.5 -> 22.9, 21.8, 23.0. Why is NOT VERIFIED
+     * (the VM exposes no performance counters): an exit of the block loop that the branch predictor misses once a row,
+     * taking the loads already issued for the next row with it, would fit.
+     */
+    private static final int QUAD_BLOCKS = 16;
+
+    /**
      * Four rows' blocks in one loop, for {@code groups} groups of four rows a call: group {@code g} takes rows {@code
      * g}, {@code g + groups}, {@code g + 2 groups} and {@code g + 3 groups} ({@code rowStride} bytes a row; products
      * into {@code out[outIndex + row]}), so that the four streams run on through consecutive rows inside one call (in a
@@ -213,7 +228,9 @@ public final class Q8_0Quantizer implements Quantizer {
      * them, so the same bits. A block's sums start at -0.0, so that the first product is added to it exactly as {@code
      * dot}'s first multiply gives it ({@code p + -0.0 == p}, the sign of a zero
      * included), and one loop over the block's vectors serves for the first as for the others: with a multiply
-     * before the loop for each row, as {@link #pair} has it, the method would be larger than C2 inlines whole.
+     * before the loop for each row, as {@link #pair} has it, the method would be larger than C2 inlines whole. A row's
+     * blocks are walked {@link #QUAD_BLOCKS} at a time, an inner loop in an outer one (the same blocks in the same
+     * order).
      */
     private static void quad(MemorySegment src, long offset, long rowStride, int groups, float[] x, int xOffset,
                              int count, float[] out, int outIndex) {
@@ -228,24 +245,26 @@ public final class Q8_0Quantizer implements Quantizer {
             FloatVector acc1 = acc0;
             FloatVector acc2 = acc0;
             FloatVector acc3 = acc0;
-            for (int k = 0; k < blocks; k++) {
-                long o0 = row + (long) k * BLOCK_BYTES;
-                int base = xOffset + k * QK;
-                FloatVector b0 = minusZero;
-                FloatVector b1 = minusZero;
-                FloatVector b2 = minusZero;
-                FloatVector b3 = minusZero;
-                for (int j = 0; j < QK; j += l) {
-                    FloatVector xv = FloatVector.fromArray(floats, x, base + j);
-                    b0 = widen(src, o0 + 2 + j).fma(xv, b0);
-                    b1 = widen(src, o0 + stride + 2 + j).fma(xv, b1);
-                    b2 = widen(src, o0 + 2 * stride + 2 + j).fma(xv, b2);
-                    b3 = widen(src, o0 + 3 * stride + 2 + j).fma(xv, b3);
+            for (int k0 = 0; k0 < blocks; k0 += QUAD_BLOCKS) {
+                for (int k = k0, k1 = Math.min(blocks, k0 + QUAD_BLOCKS); k < k1; k++) {
+                    long o0 = row + (long) k * BLOCK_BYTES;
+                    int base = xOffset + k * QK;
+                    FloatVector b0 = minusZero;
+                    FloatVector b1 = minusZero;
+                    FloatVector b2 = minusZero;
+                    FloatVector b3 = minusZero;
+                    for (int j = 0; j < QK; j += l) {
+                        FloatVector xv = FloatVector.fromArray(floats, x, base + j);
+                        b0 = widen(src, o0 + 2 + j).fma(xv, b0);
+                        b1 = widen(src, o0 + stride + 2 + j).fma(xv, b1);
+                        b2 = widen(src, o0 + 2 * stride + 2 + j).fma(xv, b2);
+                        b3 = widen(src, o0 + 3 * stride + 2 + j).fma(xv, b3);
+                    }
+                    acc0 = b0.fma(FloatVector.broadcast(floats, Blocks.fp16(src, o0)), acc0);
+                    acc1 = b1.fma(FloatVector.broadcast(floats, Blocks.fp16(src, o0 + stride)), acc1);
+                    acc2 = b2.fma(FloatVector.broadcast(floats, Blocks.fp16(src, o0 + 2 * stride)), acc2);
+                    acc3 = b3.fma(FloatVector.broadcast(floats, Blocks.fp16(src, o0 + 3 * stride)), acc3);
                 }
-                acc0 = b0.fma(FloatVector.broadcast(floats, Blocks.fp16(src, o0)), acc0);
-                acc1 = b1.fma(FloatVector.broadcast(floats, Blocks.fp16(src, o0 + stride)), acc1);
-                acc2 = b2.fma(FloatVector.broadcast(floats, Blocks.fp16(src, o0 + 2 * stride)), acc2);
-                acc3 = b3.fma(FloatVector.broadcast(floats, Blocks.fp16(src, o0 + 3 * stride)), acc3);
             }
             // FusedDot.sum's tree written out for the four rows (16 lanes here): called, C2 left some of the calls out
             // of line past its node-count cutoff for inlining and boxed their vectors (-XX:+PrintInlining).
