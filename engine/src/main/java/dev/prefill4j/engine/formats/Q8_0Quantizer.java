@@ -209,11 +209,12 @@ public final class Q8_0Quantizer implements Quantizer {
      * slower: in a harness copy of this kernel (two threads, 512 MiB of rows streamed, three alternating pairs of
      * processes) 2,048-element rows ran at 17.4-25.3 GB/s in loops of 16 blocks against 7.6-22.4 in one loop (one slow
      * pass, 14.8 and up otherwise; 4,096 elements: 14.2-26.4 against 23.5-27.8, two of six processes at 14.2-17.7);
-     * loops of 4 (15.6-19.8) and 32 (17.8-22.6) were slower than 16. In the model, {@code bench -m 1b-q8_0.gguf -p 16 -n 32 -r 2 --profile}, three alternating
-     * pairs: {@code ffn_gate+up} 15.7, 16.1, 15.9 -> 21.2, 19.8, 21.1 GB/s, the output matrix 16.7, 17.3, 17.1 ->
-     * 22.0, 21.3, 22.5, {@code ffn_down} (8,192 elements) 21.7, 22.5, 22.5 -> 22.9, 21.8, 23.0. Why is NOT VERIFIED
-     * (the VM exposes no performance counters): an exit of the block loop that the branch predictor misses once a row,
-     * taking the loads already issued for the next row with it, would fit.
+     * loops of 4 (15.6-19.8) and 32 (17.8-22.6) were slower than 16. In the model, {@code bench -m 1b-q8_0.gguf -p
+     * 16 -n 32 -r 2 --profile}, three alternating pairs: {@code ffn_gate+up} 15.7, 16.1, 15.9 -> 21.2, 19.8, 21.1
+     * GB/s, the output matrix 16.7, 17.3, 17.1 -> 22.0, 21.3, 22.5, {@code ffn_down} (8,192 elements) 21.7, 22.5, 22.5
+     * -> 22.9, 21.8, 23.0. Why is NOT VERIFIED (the VM exposes no performance counters): an exit of the block loop
+     * that the branch predictor misses once a row, taking the loads already issued for the next row with it, would
+     * fit. Not measured on the Zen 5 VM (NOT VERIFIED there).
      */
     private static final int QUAD_BLOCKS = 16;
 
