@@ -78,17 +78,6 @@ public final class Q4KQuantizer implements Quantizer {
         return PACKED16 ? VectorShuffle.fromOp(FloatVector.SPECIES_512, i -> 4 * h + (i >= 8 ? 2 : 0) + high) : null;
     }
 
-    /**
-     * {@return whether rows of {@code count} elements take {@link #dotPacked16}}: up to {@link
-     * Blocks#ONE_ROW_MAX_COUNT}, the rows read one at a time, from activations prepared scaled for nibbles masked in
-     * place; longer ones go two at a time through {@link #pairPacked16}, which shifts the nibbles down (with the seven
-     * masks its loop ran slower: C2 kept them in no registers and broadcast them again in the loop), and alone through
-     * {@link #dotShifted16}.
-     */
-    private static boolean masked(int count) {
-        return PACKED16 && count <= Blocks.ONE_ROW_MAX_COUNT;
-    }
-
     /** The factor of the activations of nibble {@code s} in {@link #dotPacked16}'s order: {@code 2^-4s}, 1 for the top. */
     private static final float[] MASKED_SCALES = {1f, 0x1p-4f, 0x1p-8f, 0x1p-12f, 0x1p-16f, 0x1p-20f, 0x1p-24f, 1f};
 
@@ -106,15 +95,14 @@ public final class Q4KQuantizer implements Quantizer {
      * Without the packed form: sixteen floats, zeros where the scales are and the eight sums where the mins are. With
      * it, per half of 128 activations: the activations in the order the packed form takes the nibbles out of a lane
      * ({@code 16s + i} holds element {@code 32(2[i >= 8] + s % 2) + 4(i % 8) + s / 2} of the half: byte {@code s / 2}
-     * of int lane {@code i}, low nibble for even {@code s}), for the rows {@link #dotPacked16} reads times {@code
-     * 2^-4s} for {@code s < 7} ({@link #masked}), then sixteen floats with the sums of the half's four sub-blocks in
-     * the lanes of their mins and zeros elsewhere.
+     * of int lane {@code i}, low nibble for even {@code s}) times {@code 2^-4s} for {@code s < 7} (the packed
+     * kernels mask those nibbles in place), then sixteen floats with the sums of the half's four sub-blocks in the
+     * lanes of their mins and zeros elsewhere.
      */
     @Override
     public void prepareActivations(float[] x, int xOffset, int count, float[] prepared, int preparedOffset) {
         Blocks.checkCount(count, QK, id());
         var sp = KQuants.FLOATS;
-        boolean masked = masked(count);
         for (int k = 0; k < count / QK; k++) {
             int p = preparedOffset + PREPARED_PER_BLOCK * k;
             int xb = xOffset + k * QK;
@@ -123,8 +111,7 @@ public final class Q4KQuantizer implements Quantizer {
                     int ph = p + 144 * h;
                     for (int s = 0; s < 8; s++) {
                         for (int i = 0; i < 16; i++) {
-                            prepared[ph + 16 * s + i] = (masked ? MASKED_SCALES[s] : 1f)
-                                    * x[xb + 128 * h + 32 * ((i >= 8 ? 2 : 0) + s % 2) + 4 * (i % 8) + s / 2];
+                            prepared[ph + 16 * s + i] = MASKED_SCALES[s] * x[xb + 128 * h + 32 * ((i >= 8 ? 2 : 0) + s % 2) + 4 * (i % 8) + s / 2];
                         }
                     }
                     Arrays.fill(prepared, ph + 128, ph + 144, 0f);
@@ -168,11 +155,7 @@ public final class Q4KQuantizer implements Quantizer {
                              int preparedOffset, int count) {
         Blocks.checkCount(count, QK, id());
         if (PACKED16) {
-            if (masked(count)) {
-                return dotPacked16(src, offset, prepared, preparedOffset, count / QK);
-            }
-            // A row of a longer matrix (the odd one after the pairs, a decode step's row, a single dot).
-            return dotShifted16(src, offset, prepared, preparedOffset, count / QK);
+            return dotPacked16(src, offset, prepared, preparedOffset, count / QK);
         }
         int blocks = count / QK;
         byte[] b = Blocks.stage(src, offset, blocks * BYTES);
@@ -254,7 +237,8 @@ public final class Q4KQuantizer implements Quantizer {
      * thread, 2,048-element rows streamed from 144 MiB, both builds alternating in one process) 1.07x in three
      * processes and 1.22, 1.23 and 0.97x in three more; in the model, four alternating pairs, {@code ffn_gate+up} at
      * 0.75 of the output matrix's GB/s in each against 0.72-0.74, tg64 26.45-27.75 against 26.66-27.20 tok/s
-     * (2026-12-04, evening). Rows longer than that limit keep the shifts ({@link #masked}).
+     * (2026-12-04, evening). Then only rows of up to {@link Blocks#ONE_ROW_MAX_COUNT} were read this way; since
+     * 2026-12-05 every row is, the pair kernel included ({@link #pairPacked16}).
      *
      * <p>Conversions are written {@code convertShape(I2F, f, 0)}, with the species a constant: with {@code convert(I2F,
      * 0)} the result's species is looked up ({@code AbstractSpecies.computeSpecies}, too large to inline), C2 first
@@ -343,97 +327,18 @@ public final class Q4KQuantizer implements Quantizer {
     }
 
     /**
-     * One row of {@link #pairPacked16}, for the rows that {@link #dotPacked16} does not read ({@link #masked}): each
-     * nibble shifted down and masked, the same products and sums in the same order as the pair kernel computes for
-     * each of its rows, so the same bits. It used to be the pair kernel over the row twice: on the Intel Xeon VM of
-     * 2026-12-05, where {@link Blocks#ONE_ROW_MAX_COUNT} is 0 and every row pairs, that is what each row of a decode
-     * step of two or three activation rows and each single {@code dot} would have run. Written out, with no helper for
-     * a nibble's conversion: with one (taking and returning vectors), C2 stopped inlining it into this loop at its
-     * node-count cutoff and boxed every vector, 167,703 young collections in a {@code --burst 3} run of the 1B Q4_K_M
-     * file, 1.2-2.7 tok/s (KernelInliningTest now calls the one-row forms and names such calls). As loops over the two
-     * halves and the nibble pairs (the shuffles picked by the half): 7.0-10.6 GB/s against 10.1-13.0 written out, one
-     * row a call at 2,048 elements (a harness outside the repository, 512 MiB of rows, two threads, two alternating
-     * pairs of processes; Intel Xeon VM, 2026-12-05).
-     */
-    private static float dotShifted16(MemorySegment src, long offset, float[] prepared, int preparedOffset,
-                                      int blocks) {
-        var f = FloatVector.SPECIES_512;
-        FloatVector a0 = FloatVector.zero(f);
-        FloatVector a1 = a0;
-        FloatVector mins = a0;
-        IntVector nibble = IntVector.broadcast(IntVector.SPECIES_512, 0x0F);
-        long o = offset;
-        int p = preparedOffset;
-        for (int k = 0; k < blocks; k++, o += BYTES, p += PREPARED_PER_BLOCK) {
-            FloatVector sm = KQuants.factors16((IntVector) ByteVector.fromMemorySegment(ByteVector.SPECIES_128, src,
-                    o, ByteOrder.LITTLE_ENDIAN).convertShape(VectorOperators.ZERO_EXTEND_B2I, IntVector.SPECIES_512, 0),
-                    src.get(Blocks.I32, o));
-            IntVector v0 = ByteVector.fromMemorySegment(ByteVector.SPECIES_512, src, o + 16, ByteOrder.LITTLE_ENDIAN)
-                    .reinterpretAsInts();
-            FloatVector tl = ((FloatVector) v0.and(nibble).convertShape(VectorOperators.I2F, f, 0))
-                    .mul(FloatVector.fromArray(f, prepared, p));
-            FloatVector th = ((FloatVector) v0.lanewise(VectorOperators.LSHR, 4).and(nibble)
-                    .convertShape(VectorOperators.I2F, f, 0))
-                    .mul(FloatVector.fromArray(f, prepared, p + 16));
-            tl = ((FloatVector) v0.lanewise(VectorOperators.LSHR, 8).and(nibble)
-                    .convertShape(VectorOperators.I2F, f, 0))
-                    .fma(FloatVector.fromArray(f, prepared, p + 32), tl);
-            th = ((FloatVector) v0.lanewise(VectorOperators.LSHR, 12).and(nibble)
-                    .convertShape(VectorOperators.I2F, f, 0))
-                    .fma(FloatVector.fromArray(f, prepared, p + 48), th);
-            tl = ((FloatVector) v0.lanewise(VectorOperators.LSHR, 16).and(nibble)
-                    .convertShape(VectorOperators.I2F, f, 0))
-                    .fma(FloatVector.fromArray(f, prepared, p + 64), tl);
-            th = ((FloatVector) v0.lanewise(VectorOperators.LSHR, 20).and(nibble)
-                    .convertShape(VectorOperators.I2F, f, 0))
-                    .fma(FloatVector.fromArray(f, prepared, p + 80), th);
-            tl = ((FloatVector) v0.lanewise(VectorOperators.LSHR, 24).and(nibble)
-                    .convertShape(VectorOperators.I2F, f, 0))
-                    .fma(FloatVector.fromArray(f, prepared, p + 96), tl);
-            th = ((FloatVector) v0.lanewise(VectorOperators.LSHR, 28).convertShape(VectorOperators.I2F, f, 0))
-                    .fma(FloatVector.fromArray(f, prepared, p + 112), th);
-            a0 = tl.fma(sm.rearrange(LOW0), a0);
-            a1 = th.fma(sm.rearrange(HIGH0), a1);
-            mins = sm.fma(FloatVector.fromArray(f, prepared, p + 128), mins);
-            IntVector v1 = ByteVector.fromMemorySegment(ByteVector.SPECIES_512, src, o + 80, ByteOrder.LITTLE_ENDIAN)
-                    .reinterpretAsInts();
-            tl = ((FloatVector) v1.and(nibble).convertShape(VectorOperators.I2F, f, 0))
-                    .mul(FloatVector.fromArray(f, prepared, p + 144));
-            th = ((FloatVector) v1.lanewise(VectorOperators.LSHR, 4).and(nibble)
-                    .convertShape(VectorOperators.I2F, f, 0))
-                    .mul(FloatVector.fromArray(f, prepared, p + 160));
-            tl = ((FloatVector) v1.lanewise(VectorOperators.LSHR, 8).and(nibble)
-                    .convertShape(VectorOperators.I2F, f, 0))
-                    .fma(FloatVector.fromArray(f, prepared, p + 176), tl);
-            th = ((FloatVector) v1.lanewise(VectorOperators.LSHR, 12).and(nibble)
-                    .convertShape(VectorOperators.I2F, f, 0))
-                    .fma(FloatVector.fromArray(f, prepared, p + 192), th);
-            tl = ((FloatVector) v1.lanewise(VectorOperators.LSHR, 16).and(nibble)
-                    .convertShape(VectorOperators.I2F, f, 0))
-                    .fma(FloatVector.fromArray(f, prepared, p + 208), tl);
-            th = ((FloatVector) v1.lanewise(VectorOperators.LSHR, 20).and(nibble)
-                    .convertShape(VectorOperators.I2F, f, 0))
-                    .fma(FloatVector.fromArray(f, prepared, p + 224), th);
-            tl = ((FloatVector) v1.lanewise(VectorOperators.LSHR, 24).and(nibble)
-                    .convertShape(VectorOperators.I2F, f, 0))
-                    .fma(FloatVector.fromArray(f, prepared, p + 240), tl);
-            th = ((FloatVector) v1.lanewise(VectorOperators.LSHR, 28).convertShape(VectorOperators.I2F, f, 0))
-                    .fma(FloatVector.fromArray(f, prepared, p + 256), th);
-            a0 = tl.fma(sm.rearrange(LOW1), a0);
-            a1 = th.fma(sm.rearrange(HIGH1), a1);
-            mins = sm.fma(FloatVector.fromArray(f, prepared, p + 272), mins);
-        }
-        FloatVector v = a0.add(a1).add(mins);
-        v = v.add(v.rearrange(KQuants.X8));
-        v = v.add(v.rearrange(KQuants.X4));
-        v = v.add(v.rearrange(KQuants.X2));
-        return v.add(v.rearrange(KQuants.X1)).lane(0);
-    }
-
-    /**
      * {@link #dotPacked16} for two rows {@code stride} bytes apart in one loop (products {@code outStride} apart in
      * {@code out}), each prepared vector loaded once for both; each row's products and sums as {@code dotPacked16}
-     * computes them, so the same bits.
+     * computes them, so the same bits. Each nibble but the top one masked in place, as there, where it was shifted
+     * down and masked (seven shifts a half a row, on the one port that does 512-bit shifts and conversions on the
+     * Intel Xeon VM's cores as published port tables list them; not measured, no counters in that VM). There, on
+     * 2026-12-05: a harness outside the repository (this loop and the shifting one, 2,048-element rows, two threads,
+     * alternating in one process, the last rounds of eight) 12.3-12.7 and 11.8-13.2 GB/s against 11.6-12.2 and
+     * 11.6-12.3 streamed from 512 MiB (two processes), 18.4-18.7 against 14.5-17.3 in L2; {@code bench -m
+     * 1b-q4_k_m.gguf -p 16 -n 32 -r 2 --profile}, three alternating pairs of processes, tg32 16.50, 16.32, 15.74
+     * against 15.80, 15.62, 15.07 tok/s. On the Zen 5 VM of 2026-12-04, where pairs read only the
+     * rows of over 4,096 elements, this form had run at 0.91-0.99x the shifting one over 8,192-element rows (C2
+     * re-broadcast the masks inside the loop there); not measured there since (NOT VERIFIED on that VM).
      */
     private static void pairPacked16(MemorySegment src, long offset, long stride, float[] prepared, int preparedOffset,
                                      int blocks, float[] out, int outIndex, int outStride) {
@@ -444,7 +349,13 @@ public final class Q4KQuantizer implements Quantizer {
         FloatVector b0 = a0;
         FloatVector b1 = a0;
         FloatVector minsB = a0;
-        IntVector nibble = IntVector.broadcast(IntVector.SPECIES_512, 0x0F);
+        IntVector m0 = IntVector.broadcast(IntVector.SPECIES_512, 0xF);
+        IntVector m1 = IntVector.broadcast(IntVector.SPECIES_512, 0xF0);
+        IntVector m2 = IntVector.broadcast(IntVector.SPECIES_512, 0xF00);
+        IntVector m3 = IntVector.broadcast(IntVector.SPECIES_512, 0xF000);
+        IntVector m4 = IntVector.broadcast(IntVector.SPECIES_512, 0xF_0000);
+        IntVector m5 = IntVector.broadcast(IntVector.SPECIES_512, 0xF0_0000);
+        IntVector m6 = IntVector.broadcast(IntVector.SPECIES_512, 0xF00_0000);
         long o = offset;
         int p = preparedOffset;
         for (int k = 0; k < blocks; k++, o += BYTES, p += PREPARED_PER_BLOCK) {
@@ -461,48 +372,48 @@ public final class Q4KQuantizer implements Quantizer {
                     ByteOrder.LITTLE_ENDIAN)
                     .reinterpretAsInts();
             FloatVector x00 = FloatVector.fromArray(f, prepared, p);
-            FloatVector tl = ((FloatVector) v0.and(nibble).convertShape(VectorOperators.I2F, f, 0)).mul(x00);
-            FloatVector tlB = ((FloatVector) vB0.and(nibble).convertShape(VectorOperators.I2F, f, 0)).mul(x00);
+            FloatVector tl = ((FloatVector) v0.and(m0).convertShape(VectorOperators.I2F, f, 0)).mul(x00);
+            FloatVector tlB = ((FloatVector) vB0.and(m0).convertShape(VectorOperators.I2F, f, 0)).mul(x00);
             FloatVector x01 = FloatVector.fromArray(f, prepared, p + 16);
-            FloatVector th = ((FloatVector) v0.lanewise(VectorOperators.LSHR, 4).and(nibble)
+            FloatVector th = ((FloatVector) v0.and(m1)
                     .convertShape(VectorOperators.I2F, f, 0))
                     .mul(x01);
-            FloatVector thB = ((FloatVector) vB0.lanewise(VectorOperators.LSHR, 4).and(nibble)
+            FloatVector thB = ((FloatVector) vB0.and(m1)
                     .convertShape(VectorOperators.I2F, f, 0))
                     .mul(x01);
             FloatVector x02 = FloatVector.fromArray(f, prepared, p + 32);
-            tl = ((FloatVector) v0.lanewise(VectorOperators.LSHR, 8).and(nibble)
+            tl = ((FloatVector) v0.and(m2)
                     .convertShape(VectorOperators.I2F, f, 0))
                     .fma(x02, tl);
-            tlB = ((FloatVector) vB0.lanewise(VectorOperators.LSHR, 8).and(nibble)
+            tlB = ((FloatVector) vB0.and(m2)
                     .convertShape(VectorOperators.I2F, f, 0))
                     .fma(x02, tlB);
             FloatVector x03 = FloatVector.fromArray(f, prepared, p + 48);
-            th = ((FloatVector) v0.lanewise(VectorOperators.LSHR, 12).and(nibble)
+            th = ((FloatVector) v0.and(m3)
                     .convertShape(VectorOperators.I2F, f, 0))
                     .fma(x03, th);
-            thB = ((FloatVector) vB0.lanewise(VectorOperators.LSHR, 12).and(nibble)
+            thB = ((FloatVector) vB0.and(m3)
                     .convertShape(VectorOperators.I2F, f, 0))
                     .fma(x03, thB);
             FloatVector x04 = FloatVector.fromArray(f, prepared, p + 64);
-            tl = ((FloatVector) v0.lanewise(VectorOperators.LSHR, 16).and(nibble)
+            tl = ((FloatVector) v0.and(m4)
                     .convertShape(VectorOperators.I2F, f, 0))
                     .fma(x04, tl);
-            tlB = ((FloatVector) vB0.lanewise(VectorOperators.LSHR, 16).and(nibble)
+            tlB = ((FloatVector) vB0.and(m4)
                     .convertShape(VectorOperators.I2F, f, 0))
                     .fma(x04, tlB);
             FloatVector x05 = FloatVector.fromArray(f, prepared, p + 80);
-            th = ((FloatVector) v0.lanewise(VectorOperators.LSHR, 20).and(nibble)
+            th = ((FloatVector) v0.and(m5)
                     .convertShape(VectorOperators.I2F, f, 0))
                     .fma(x05, th);
-            thB = ((FloatVector) vB0.lanewise(VectorOperators.LSHR, 20).and(nibble)
+            thB = ((FloatVector) vB0.and(m5)
                     .convertShape(VectorOperators.I2F, f, 0))
                     .fma(x05, thB);
             FloatVector x06 = FloatVector.fromArray(f, prepared, p + 96);
-            tl = ((FloatVector) v0.lanewise(VectorOperators.LSHR, 24).and(nibble)
+            tl = ((FloatVector) v0.and(m6)
                     .convertShape(VectorOperators.I2F, f, 0))
                     .fma(x06, tl);
-            tlB = ((FloatVector) vB0.lanewise(VectorOperators.LSHR, 24).and(nibble)
+            tlB = ((FloatVector) vB0.and(m6)
                     .convertShape(VectorOperators.I2F, f, 0))
                     .fma(x06, tlB);
             FloatVector x07 = FloatVector.fromArray(f, prepared, p + 112);
@@ -523,48 +434,48 @@ public final class Q4KQuantizer implements Quantizer {
                     ByteOrder.LITTLE_ENDIAN)
                     .reinterpretAsInts();
             FloatVector x10 = FloatVector.fromArray(f, prepared, p + 144);
-            tl = ((FloatVector) v1.and(nibble).convertShape(VectorOperators.I2F, f, 0)).mul(x10);
-            tlB = ((FloatVector) vB1.and(nibble).convertShape(VectorOperators.I2F, f, 0)).mul(x10);
+            tl = ((FloatVector) v1.and(m0).convertShape(VectorOperators.I2F, f, 0)).mul(x10);
+            tlB = ((FloatVector) vB1.and(m0).convertShape(VectorOperators.I2F, f, 0)).mul(x10);
             FloatVector x11 = FloatVector.fromArray(f, prepared, p + 160);
-            th = ((FloatVector) v1.lanewise(VectorOperators.LSHR, 4).and(nibble)
+            th = ((FloatVector) v1.and(m1)
                     .convertShape(VectorOperators.I2F, f, 0))
                     .mul(x11);
-            thB = ((FloatVector) vB1.lanewise(VectorOperators.LSHR, 4).and(nibble)
+            thB = ((FloatVector) vB1.and(m1)
                     .convertShape(VectorOperators.I2F, f, 0))
                     .mul(x11);
             FloatVector x12 = FloatVector.fromArray(f, prepared, p + 176);
-            tl = ((FloatVector) v1.lanewise(VectorOperators.LSHR, 8).and(nibble)
+            tl = ((FloatVector) v1.and(m2)
                     .convertShape(VectorOperators.I2F, f, 0))
                     .fma(x12, tl);
-            tlB = ((FloatVector) vB1.lanewise(VectorOperators.LSHR, 8).and(nibble)
+            tlB = ((FloatVector) vB1.and(m2)
                     .convertShape(VectorOperators.I2F, f, 0))
                     .fma(x12, tlB);
             FloatVector x13 = FloatVector.fromArray(f, prepared, p + 192);
-            th = ((FloatVector) v1.lanewise(VectorOperators.LSHR, 12).and(nibble)
+            th = ((FloatVector) v1.and(m3)
                     .convertShape(VectorOperators.I2F, f, 0))
                     .fma(x13, th);
-            thB = ((FloatVector) vB1.lanewise(VectorOperators.LSHR, 12).and(nibble)
+            thB = ((FloatVector) vB1.and(m3)
                     .convertShape(VectorOperators.I2F, f, 0))
                     .fma(x13, thB);
             FloatVector x14 = FloatVector.fromArray(f, prepared, p + 208);
-            tl = ((FloatVector) v1.lanewise(VectorOperators.LSHR, 16).and(nibble)
+            tl = ((FloatVector) v1.and(m4)
                     .convertShape(VectorOperators.I2F, f, 0))
                     .fma(x14, tl);
-            tlB = ((FloatVector) vB1.lanewise(VectorOperators.LSHR, 16).and(nibble)
+            tlB = ((FloatVector) vB1.and(m4)
                     .convertShape(VectorOperators.I2F, f, 0))
                     .fma(x14, tlB);
             FloatVector x15 = FloatVector.fromArray(f, prepared, p + 224);
-            th = ((FloatVector) v1.lanewise(VectorOperators.LSHR, 20).and(nibble)
+            th = ((FloatVector) v1.and(m5)
                     .convertShape(VectorOperators.I2F, f, 0))
                     .fma(x15, th);
-            thB = ((FloatVector) vB1.lanewise(VectorOperators.LSHR, 20).and(nibble)
+            thB = ((FloatVector) vB1.and(m5)
                     .convertShape(VectorOperators.I2F, f, 0))
                     .fma(x15, thB);
             FloatVector x16 = FloatVector.fromArray(f, prepared, p + 240);
-            tl = ((FloatVector) v1.lanewise(VectorOperators.LSHR, 24).and(nibble)
+            tl = ((FloatVector) v1.and(m6)
                     .convertShape(VectorOperators.I2F, f, 0))
                     .fma(x16, tl);
-            tlB = ((FloatVector) vB1.lanewise(VectorOperators.LSHR, 24).and(nibble)
+            tlB = ((FloatVector) vB1.and(m6)
                     .convertShape(VectorOperators.I2F, f, 0))
                     .fma(x16, tlB);
             FloatVector x17 = FloatVector.fromArray(f, prepared, p + 256);
