@@ -596,9 +596,16 @@ public final class Q6KQuantizer implements Quantizer {
     public void dotEncodedRows(MemorySegment src, long offset, long stride, int rows, MemorySegment act,
                                long actOffset, long actStride, int actRows, int count, float[] out, int outIndex,
                                int outStride) {
-        KQuants.dotEncodedRows(this, PACKED16 ? CODES : null, QK, src, offset, stride, rows, act, actOffset, actStride,
+        KQuants.dotEncodedRows(this, PACKED16 ? CODES : null, CODES_PER_BLOCK, src, offset, stride, rows, act, actOffset, actStride,
                 actRows, count, out, outIndex, outStride);
     }
+
+    /**
+     * Floats {@link #CODES} lays out a super-block: its 256 activation codes in the levels' 16-lane order, each times
+     * {@code 2^-8t} for the level in byte {@code t} of its int lane, then for each run of 64 the 16 lanes' {@code -32}
+     * times their four codes' sum.
+     */
+    private static final int CODES_PER_BLOCK = QK + 64;
 
     /** {@link #dotEncodedRows}' kernel: the codes in the levels' 16-lane order, {@link #dotCodes16}. */
     private static final KQuants.CodesKernel CODES = new KQuants.CodesKernel() {
@@ -606,16 +613,20 @@ public final class Q6KQuantizer implements Quantizer {
         public void prepare(byte[] a, int at, int blocks, float[] codes, int from) {
             for (int b = 0; b < blocks; b++) {
                 int x = at + b * Q8KQuantizer.BYTES + 4;
-                int c = from + b * QK;
+                int c = from + b * CODES_PER_BLOCK;
                 for (int y0 = 0; y0 < QK; y0 += 64) {
                     // Lane j of level t takes code 4j + t: byte t of int lane j, shifted to the top and back with
-                    // its sign.
+                    // its sign, times 2^-8t for the level masked in place; then -32 times the lane's four codes.
                     IntVector v = ByteVector.fromArray(ByteVector.SPECIES_512, a, x + y0).reinterpretAsInts();
+                    IntVector lane = IntVector.zero(IntVector.SPECIES_512);
                     for (int t = 0; t < 4; t++) {
-                        ((FloatVector) v.lanewise(VectorOperators.LSHL, 24 - 8 * t).lanewise(VectorOperators.ASHR, 24)
-                                .convertShape(VectorOperators.I2F, FloatVector.SPECIES_512, 0))
-                                .intoArray(codes, c + y0 + 16 * t);
+                        IntVector code = v.lanewise(VectorOperators.LSHL, 24 - 8 * t).lanewise(VectorOperators.ASHR, 24);
+                        lane = lane.add(code);
+                        ((FloatVector) code.convertShape(VectorOperators.I2F, FloatVector.SPECIES_512, 0))
+                                .mul(MASKED_SCALES[t]).intoArray(codes, c + y0 + 16 * t);
                     }
+                    ((FloatVector) lane.mul(-32).convertShape(VectorOperators.I2F, FloatVector.SPECIES_512, 0))
+                            .intoArray(codes, c + QK + y0 / 4);
                 }
             }
         }
@@ -634,17 +645,28 @@ public final class Q6KQuantizer implements Quantizer {
 
     /**
      * {@link #dotEncoded} as {@link #dotPacked16} computes its float dot: the levels joined 64 at a time in the bytes
-     * of int lanes ({@code q - 32} by the top bit flipped, sign-extended), converted to floats and multiplied by the
-     * activation codes as floats ({@code codes}, in the packed order), a lane's four products added, times its group's
-     * int8 scale as a float. Every value is an integer below 2^24 in magnitude, so float lanes hold it exactly: four
-     * products at most {@code 4 * 32 * 128}, times a scale at most 2^21, two halves and two accumulators at most 2^23
-     * a lane. At each super-block's end the lanes become ints and are added (exact in any order), and the sum is scaled
-     * by {@code d_w * d_x} and added in double as in {@link #dotEncoded}: the same bits. Against {@link #dotInt16}
-     * (16 levels a step in int16 lanes, scales and the {@code - 32} term in int lanes), the 1B Q4_0 file's Q6_K output
-     * matrix in a decode step with {@code --activations quantized}: docs/performance-notes.md, Kernels.
+     * of int lanes, each masked in place ({@code 2^8t} times the level in byte {@code t}, 0 to 63) and converted to
+     * floats, multiplied by the activation codes as floats times {@code 2^-8t} ({@code codes}, in the packed order;
+     * the product is the level times the code, exactly), a lane's four products added to the {@code -32} times its
+     * four codes that {@link #CODES} prepares, times its group's int8 scale as a float. Every value is an integer below
+     * 2^24 in magnitude, so float lanes hold it exactly: a lane's four {@code (q - 32) * code} at most {@code 4 * 32 *
+     * 128}, times a scale at most 2^21, two halves and two accumulators at most 2^23 a lane. At each super-block's end
+     * the lanes become ints and are added (exact in any order), and the sum is scaled by {@code d_w * d_x} and added in
+     * double as in {@link #dotEncoded}: the same bits. Against {@link #dotInt16} (16 levels a step in int16 lanes,
+     * scales and the {@code - 32} term in int lanes), the 1B Q4_0 file's Q6_K output matrix in a decode step with
+     * {@code --activations quantized}: docs/performance-notes.md, Kernels. Each level was sign-extended by a shift up
+     * and one down (the top bit flipped first, for {@code q - 32}) until 2026-12-05: two shifts a level, on the one port
+     * that does 512-bit shifts and conversions on the Intel Xeon VM's cores (published port tables; not measured).
+     * There, {@code bench -m 1b-tq2_0.gguf -p 16 -n 32 -r 2 --activations quantized --profile}, three alternating
+     * pairs: the output matrix 20.50, 20.58, 22.83 -> 19.54, 18.72, 20.11 ms a token, tg32 19.04, 18.98, 17.88 ->
+     * 19.64, 19.26, 18.94 tok/s.
      */
     private static double dotCodes16(MemorySegment src, long offset, byte[] a, int at, float[] codes, int blocks) {
         var f = FloatVector.SPECIES_512;
+        IntVector m0 = IntVector.broadcast(IntVector.SPECIES_512, 0x3F); // each lane's four levels, masked in place
+        IntVector m1 = IntVector.broadcast(IntVector.SPECIES_512, 0x3F00);
+        IntVector m2 = IntVector.broadcast(IntVector.SPECIES_512, 0x3F_0000);
+        IntVector m3 = IntVector.broadcast(IntVector.SPECIES_512, 0x3F00_0000);
         double sum = 0;
         for (int k = 0; k < blocks; k++) {
             long o = offset + (long) k * BYTES;
@@ -660,31 +682,31 @@ public final class Q6KQuantizer implements Quantizer {
                 IntVector hb = ((IntVector) ByteVector
                         .fromMemorySegment(ByteVector.SPECIES_256, src, o + 128 + 32 * h, ByteOrder.LITTLE_ENDIAN)
                         .reinterpretShape(IntVector.SPECIES_512, 0)).rearrange(QH_TWICE)
-                        .lanewise(VectorOperators.XOR, 0xAAAAAAAA) // the top bit of every level flipped: q ^ 32
                         .lanewise(VectorOperators.LSHR, QH_SHIFTS);
                 FloatVector sc = (FloatVector) ByteVector
                         .fromMemorySegment(ByteVector.SPECIES_64, src, o + 192 + 8 * h, ByteOrder.LITTLE_ENDIAN)
                         .convertShape(VectorOperators.B2F, f, 0);
-                int y = 128 * (2 * k + h);
+                int y = CODES_PER_BLOCK * k + 128 * h;
+                int c = CODES_PER_BLOCK * k + QK + 32 * h; // the two runs' -32 terms
                 IntVector q01 = lo.and(0x0F0F0F0F).or(hb.and(0x03030303).lanewise(VectorOperators.LSHL, 4));
-                FloatVector t01 = ((FloatVector) q01.lanewise(VectorOperators.LSHL, 26).lanewise(VectorOperators.ASHR, 26)
-                        .convertShape(VectorOperators.I2F, f, 0)).mul(FloatVector.fromArray(f, codes, y));
-                t01 = ((FloatVector) q01.lanewise(VectorOperators.LSHL, 18).lanewise(VectorOperators.ASHR, 26)
-                        .convertShape(VectorOperators.I2F, f, 0)).fma(FloatVector.fromArray(f, codes, y + 16), t01);
-                t01 = ((FloatVector) q01.lanewise(VectorOperators.LSHL, 10).lanewise(VectorOperators.ASHR, 26)
-                        .convertShape(VectorOperators.I2F, f, 0)).fma(FloatVector.fromArray(f, codes, y + 32), t01);
-                t01 = ((FloatVector) q01.lanewise(VectorOperators.LSHL, 2).lanewise(VectorOperators.ASHR, 26)
-                        .convertShape(VectorOperators.I2F, f, 0)).fma(FloatVector.fromArray(f, codes, y + 48), t01);
+                FloatVector t01 = ((FloatVector) q01.and(m0).convertShape(VectorOperators.I2F, f, 0))
+                        .fma(FloatVector.fromArray(f, codes, y), FloatVector.fromArray(f, codes, c));
+                t01 = ((FloatVector) q01.and(m1).convertShape(VectorOperators.I2F, f, 0))
+                        .fma(FloatVector.fromArray(f, codes, y + 16), t01);
+                t01 = ((FloatVector) q01.and(m2).convertShape(VectorOperators.I2F, f, 0))
+                        .fma(FloatVector.fromArray(f, codes, y + 32), t01);
+                t01 = ((FloatVector) q01.and(m3).convertShape(VectorOperators.I2F, f, 0))
+                        .fma(FloatVector.fromArray(f, codes, y + 48), t01);
                 a0 = t01.fma(sc.rearrange(GROUPS_0_3), a0);
                 IntVector q23 = lo.lanewise(VectorOperators.LSHR, 4).and(0x0F0F0F0F).or(hb.and(0x30303030));
-                FloatVector t23 = ((FloatVector) q23.lanewise(VectorOperators.LSHL, 26).lanewise(VectorOperators.ASHR, 26)
-                        .convertShape(VectorOperators.I2F, f, 0)).mul(FloatVector.fromArray(f, codes, y + 64));
-                t23 = ((FloatVector) q23.lanewise(VectorOperators.LSHL, 18).lanewise(VectorOperators.ASHR, 26)
-                        .convertShape(VectorOperators.I2F, f, 0)).fma(FloatVector.fromArray(f, codes, y + 80), t23);
-                t23 = ((FloatVector) q23.lanewise(VectorOperators.LSHL, 10).lanewise(VectorOperators.ASHR, 26)
-                        .convertShape(VectorOperators.I2F, f, 0)).fma(FloatVector.fromArray(f, codes, y + 96), t23);
-                t23 = ((FloatVector) q23.lanewise(VectorOperators.LSHL, 2).lanewise(VectorOperators.ASHR, 26)
-                        .convertShape(VectorOperators.I2F, f, 0)).fma(FloatVector.fromArray(f, codes, y + 112), t23);
+                FloatVector t23 = ((FloatVector) q23.and(m0).convertShape(VectorOperators.I2F, f, 0))
+                        .fma(FloatVector.fromArray(f, codes, y + 64), FloatVector.fromArray(f, codes, c + 16));
+                t23 = ((FloatVector) q23.and(m1).convertShape(VectorOperators.I2F, f, 0))
+                        .fma(FloatVector.fromArray(f, codes, y + 80), t23);
+                t23 = ((FloatVector) q23.and(m2).convertShape(VectorOperators.I2F, f, 0))
+                        .fma(FloatVector.fromArray(f, codes, y + 96), t23);
+                t23 = ((FloatVector) q23.and(m3).convertShape(VectorOperators.I2F, f, 0))
+                        .fma(FloatVector.fromArray(f, codes, y + 112), t23);
                 a1 = t23.fma(sc.rearrange(GROUPS_4_7), a1);
             }
             IntVector v = (IntVector) a0.add(a1).convertShape(VectorOperators.F2I, IntVector.SPECIES_512, 0);
@@ -698,13 +720,17 @@ public final class Q6KQuantizer implements Quantizer {
 
     /**
      * {@link #dotCodes16} of one weight row with two activation rows ({@code codes[0..]} and {@code codes[second..]}):
-     * each half's levels joined, shifted and converted once for both, each row's products, scaling and super-block
+     * each half's levels joined, masked and converted once for both, each row's products, scaling and super-block
      * sums as {@link #dotCodes16} computes them (the same bits). Written out beside it, not shared: a helper that takes
      * or returns vectors boxes them where C2 leaves it out of line.
      */
     private static void dotCodes16Pair(MemorySegment src, long offset, byte[] a, int at0, int at1, float[] codes,
                                        int second, int blocks, float[] out, int i0, int i1) {
         var f = FloatVector.SPECIES_512;
+        IntVector m0 = IntVector.broadcast(IntVector.SPECIES_512, 0x3F); // each lane's four levels, masked in place
+        IntVector m1 = IntVector.broadcast(IntVector.SPECIES_512, 0x3F00);
+        IntVector m2 = IntVector.broadcast(IntVector.SPECIES_512, 0x3F_0000);
+        IntVector m3 = IntVector.broadcast(IntVector.SPECIES_512, 0x3F00_0000);
         double sum0 = 0;
         double sum1 = 0;
         for (int k = 0; k < blocks; k++) {
@@ -723,48 +749,41 @@ public final class Q6KQuantizer implements Quantizer {
                 IntVector hb = ((IntVector) ByteVector
                         .fromMemorySegment(ByteVector.SPECIES_256, src, o + 128 + 32 * h, ByteOrder.LITTLE_ENDIAN)
                         .reinterpretShape(IntVector.SPECIES_512, 0)).rearrange(QH_TWICE)
-                        .lanewise(VectorOperators.XOR, 0xAAAAAAAA)
                         .lanewise(VectorOperators.LSHR, QH_SHIFTS);
                 FloatVector sc = (FloatVector) ByteVector
                         .fromMemorySegment(ByteVector.SPECIES_64, src, o + 192 + 8 * h, ByteOrder.LITTLE_ENDIAN)
                         .convertShape(VectorOperators.B2F, f, 0);
-                int y = 128 * (2 * k + h);
+                int y = CODES_PER_BLOCK * k + 128 * h;
                 int z = second + y;
+                int c = CODES_PER_BLOCK * k + QK + 32 * h; // the two runs' -32 terms
+                int e = second + c;
                 IntVector q01 = lo.and(0x0F0F0F0F).or(hb.and(0x03030303).lanewise(VectorOperators.LSHL, 4));
-                FloatVector n = (FloatVector) q01.lanewise(VectorOperators.LSHL, 26).lanewise(VectorOperators.ASHR, 26)
-                        .convertShape(VectorOperators.I2F, f, 0);
-                FloatVector t0 = n.mul(FloatVector.fromArray(f, codes, y));
-                FloatVector t1 = n.mul(FloatVector.fromArray(f, codes, z));
-                n = (FloatVector) q01.lanewise(VectorOperators.LSHL, 18).lanewise(VectorOperators.ASHR, 26)
-                        .convertShape(VectorOperators.I2F, f, 0);
+                FloatVector n = (FloatVector) q01.and(m0).convertShape(VectorOperators.I2F, f, 0);
+                FloatVector t0 = n.fma(FloatVector.fromArray(f, codes, y), FloatVector.fromArray(f, codes, c));
+                FloatVector t1 = n.fma(FloatVector.fromArray(f, codes, z), FloatVector.fromArray(f, codes, e));
+                n = (FloatVector) q01.and(m1).convertShape(VectorOperators.I2F, f, 0);
                 t0 = n.fma(FloatVector.fromArray(f, codes, y + 16), t0);
                 t1 = n.fma(FloatVector.fromArray(f, codes, z + 16), t1);
-                n = (FloatVector) q01.lanewise(VectorOperators.LSHL, 10).lanewise(VectorOperators.ASHR, 26)
-                        .convertShape(VectorOperators.I2F, f, 0);
+                n = (FloatVector) q01.and(m2).convertShape(VectorOperators.I2F, f, 0);
                 t0 = n.fma(FloatVector.fromArray(f, codes, y + 32), t0);
                 t1 = n.fma(FloatVector.fromArray(f, codes, z + 32), t1);
-                n = (FloatVector) q01.lanewise(VectorOperators.LSHL, 2).lanewise(VectorOperators.ASHR, 26)
-                        .convertShape(VectorOperators.I2F, f, 0);
+                n = (FloatVector) q01.and(m3).convertShape(VectorOperators.I2F, f, 0);
                 t0 = n.fma(FloatVector.fromArray(f, codes, y + 48), t0);
                 t1 = n.fma(FloatVector.fromArray(f, codes, z + 48), t1);
                 FloatVector g = sc.rearrange(GROUPS_0_3);
                 a00 = t0.fma(g, a00);
                 a10 = t1.fma(g, a10);
                 IntVector q23 = lo.lanewise(VectorOperators.LSHR, 4).and(0x0F0F0F0F).or(hb.and(0x30303030));
-                n = (FloatVector) q23.lanewise(VectorOperators.LSHL, 26).lanewise(VectorOperators.ASHR, 26)
-                        .convertShape(VectorOperators.I2F, f, 0);
-                t0 = n.mul(FloatVector.fromArray(f, codes, y + 64));
-                t1 = n.mul(FloatVector.fromArray(f, codes, z + 64));
-                n = (FloatVector) q23.lanewise(VectorOperators.LSHL, 18).lanewise(VectorOperators.ASHR, 26)
-                        .convertShape(VectorOperators.I2F, f, 0);
+                n = (FloatVector) q23.and(m0).convertShape(VectorOperators.I2F, f, 0);
+                t0 = n.fma(FloatVector.fromArray(f, codes, y + 64), FloatVector.fromArray(f, codes, c + 16));
+                t1 = n.fma(FloatVector.fromArray(f, codes, z + 64), FloatVector.fromArray(f, codes, e + 16));
+                n = (FloatVector) q23.and(m1).convertShape(VectorOperators.I2F, f, 0);
                 t0 = n.fma(FloatVector.fromArray(f, codes, y + 80), t0);
                 t1 = n.fma(FloatVector.fromArray(f, codes, z + 80), t1);
-                n = (FloatVector) q23.lanewise(VectorOperators.LSHL, 10).lanewise(VectorOperators.ASHR, 26)
-                        .convertShape(VectorOperators.I2F, f, 0);
+                n = (FloatVector) q23.and(m2).convertShape(VectorOperators.I2F, f, 0);
                 t0 = n.fma(FloatVector.fromArray(f, codes, y + 96), t0);
                 t1 = n.fma(FloatVector.fromArray(f, codes, z + 96), t1);
-                n = (FloatVector) q23.lanewise(VectorOperators.LSHL, 2).lanewise(VectorOperators.ASHR, 26)
-                        .convertShape(VectorOperators.I2F, f, 0);
+                n = (FloatVector) q23.and(m3).convertShape(VectorOperators.I2F, f, 0);
                 t0 = n.fma(FloatVector.fromArray(f, codes, y + 112), t0);
                 t1 = n.fma(FloatVector.fromArray(f, codes, z + 112), t1);
                 g = sc.rearrange(GROUPS_4_7);
