@@ -111,7 +111,8 @@ public final class Q4KQuantizer implements Quantizer {
                     int ph = p + 144 * h;
                     for (int s = 0; s < 8; s++) {
                         for (int i = 0; i < 16; i++) {
-                            prepared[ph + 16 * s + i] = MASKED_SCALES[s] * x[xb + 128 * h + 32 * ((i >= 8 ? 2 : 0) + s % 2) + 4 * (i % 8) + s / 2];
+                            prepared[ph + 16 * s + i] = MASKED_SCALES[s]
+                                    * x[xb + 128 * h + 32 * ((i >= 8 ? 2 : 0) + s % 2) + 4 * (i % 8) + s / 2];
                         }
                     }
                     Arrays.fill(prepared, ph + 128, ph + 144, 0f);
@@ -375,47 +376,23 @@ public final class Q4KQuantizer implements Quantizer {
             FloatVector tl = ((FloatVector) v0.and(m0).convertShape(VectorOperators.I2F, f, 0)).mul(x00);
             FloatVector tlB = ((FloatVector) vB0.and(m0).convertShape(VectorOperators.I2F, f, 0)).mul(x00);
             FloatVector x01 = FloatVector.fromArray(f, prepared, p + 16);
-            FloatVector th = ((FloatVector) v0.and(m1)
-                    .convertShape(VectorOperators.I2F, f, 0))
-                    .mul(x01);
-            FloatVector thB = ((FloatVector) vB0.and(m1)
-                    .convertShape(VectorOperators.I2F, f, 0))
-                    .mul(x01);
+            FloatVector th = ((FloatVector) v0.and(m1).convertShape(VectorOperators.I2F, f, 0)).mul(x01);
+            FloatVector thB = ((FloatVector) vB0.and(m1).convertShape(VectorOperators.I2F, f, 0)).mul(x01);
             FloatVector x02 = FloatVector.fromArray(f, prepared, p + 32);
-            tl = ((FloatVector) v0.and(m2)
-                    .convertShape(VectorOperators.I2F, f, 0))
-                    .fma(x02, tl);
-            tlB = ((FloatVector) vB0.and(m2)
-                    .convertShape(VectorOperators.I2F, f, 0))
-                    .fma(x02, tlB);
+            tl = ((FloatVector) v0.and(m2).convertShape(VectorOperators.I2F, f, 0)).fma(x02, tl);
+            tlB = ((FloatVector) vB0.and(m2).convertShape(VectorOperators.I2F, f, 0)).fma(x02, tlB);
             FloatVector x03 = FloatVector.fromArray(f, prepared, p + 48);
-            th = ((FloatVector) v0.and(m3)
-                    .convertShape(VectorOperators.I2F, f, 0))
-                    .fma(x03, th);
-            thB = ((FloatVector) vB0.and(m3)
-                    .convertShape(VectorOperators.I2F, f, 0))
-                    .fma(x03, thB);
+            th = ((FloatVector) v0.and(m3).convertShape(VectorOperators.I2F, f, 0)).fma(x03, th);
+            thB = ((FloatVector) vB0.and(m3).convertShape(VectorOperators.I2F, f, 0)).fma(x03, thB);
             FloatVector x04 = FloatVector.fromArray(f, prepared, p + 64);
-            tl = ((FloatVector) v0.and(m4)
-                    .convertShape(VectorOperators.I2F, f, 0))
-                    .fma(x04, tl);
-            tlB = ((FloatVector) vB0.and(m4)
-                    .convertShape(VectorOperators.I2F, f, 0))
-                    .fma(x04, tlB);
+            tl = ((FloatVector) v0.and(m4).convertShape(VectorOperators.I2F, f, 0)).fma(x04, tl);
+            tlB = ((FloatVector) vB0.and(m4).convertShape(VectorOperators.I2F, f, 0)).fma(x04, tlB);
             FloatVector x05 = FloatVector.fromArray(f, prepared, p + 80);
-            th = ((FloatVector) v0.and(m5)
-                    .convertShape(VectorOperators.I2F, f, 0))
-                    .fma(x05, th);
-            thB = ((FloatVector) vB0.and(m5)
-                    .convertShape(VectorOperators.I2F, f, 0))
-                    .fma(x05, thB);
+            th = ((FloatVector) v0.and(m5).convertShape(VectorOperators.I2F, f, 0)).fma(x05, th);
+            thB = ((FloatVector) vB0.and(m5).convertShape(VectorOperators.I2F, f, 0)).fma(x05, thB);
             FloatVector x06 = FloatVector.fromArray(f, prepared, p + 96);
-            tl = ((FloatVector) v0.and(m6)
-                    .convertShape(VectorOperators.I2F, f, 0))
-                    .fma(x06, tl);
-            tlB = ((FloatVector) vB0.and(m6)
-                    .convertShape(VectorOperators.I2F, f, 0))
-                    .fma(x06, tlB);
+            tl = ((FloatVector) v0.and(m6).convertShape(VectorOperators.I2F, f, 0)).fma(x06, tl);
+            tlB = ((FloatVector) vB0.and(m6).convertShape(VectorOperators.I2F, f, 0)).fma(x06, tlB);
             FloatVector x07 = FloatVector.fromArray(f, prepared, p + 112);
             th = ((FloatVector) v0.lanewise(VectorOperators.LSHR, 28).convertShape(VectorOperators.I2F, f, 0))
                     .fma(x07, th);
@@ -437,47 +414,23 @@ public final class Q4KQuantizer implements Quantizer {
             tl = ((FloatVector) v1.and(m0).convertShape(VectorOperators.I2F, f, 0)).mul(x10);
             tlB = ((FloatVector) vB1.and(m0).convertShape(VectorOperators.I2F, f, 0)).mul(x10);
             FloatVector x11 = FloatVector.fromArray(f, prepared, p + 160);
-            th = ((FloatVector) v1.and(m1)
-                    .convertShape(VectorOperators.I2F, f, 0))
-                    .mul(x11);
-            thB = ((FloatVector) vB1.and(m1)
-                    .convertShape(VectorOperators.I2F, f, 0))
-                    .mul(x11);
+            th = ((FloatVector) v1.and(m1).convertShape(VectorOperators.I2F, f, 0)).mul(x11);
+            thB = ((FloatVector) vB1.and(m1).convertShape(VectorOperators.I2F, f, 0)).mul(x11);
             FloatVector x12 = FloatVector.fromArray(f, prepared, p + 176);
-            tl = ((FloatVector) v1.and(m2)
-                    .convertShape(VectorOperators.I2F, f, 0))
-                    .fma(x12, tl);
-            tlB = ((FloatVector) vB1.and(m2)
-                    .convertShape(VectorOperators.I2F, f, 0))
-                    .fma(x12, tlB);
+            tl = ((FloatVector) v1.and(m2).convertShape(VectorOperators.I2F, f, 0)).fma(x12, tl);
+            tlB = ((FloatVector) vB1.and(m2).convertShape(VectorOperators.I2F, f, 0)).fma(x12, tlB);
             FloatVector x13 = FloatVector.fromArray(f, prepared, p + 192);
-            th = ((FloatVector) v1.and(m3)
-                    .convertShape(VectorOperators.I2F, f, 0))
-                    .fma(x13, th);
-            thB = ((FloatVector) vB1.and(m3)
-                    .convertShape(VectorOperators.I2F, f, 0))
-                    .fma(x13, thB);
+            th = ((FloatVector) v1.and(m3).convertShape(VectorOperators.I2F, f, 0)).fma(x13, th);
+            thB = ((FloatVector) vB1.and(m3).convertShape(VectorOperators.I2F, f, 0)).fma(x13, thB);
             FloatVector x14 = FloatVector.fromArray(f, prepared, p + 208);
-            tl = ((FloatVector) v1.and(m4)
-                    .convertShape(VectorOperators.I2F, f, 0))
-                    .fma(x14, tl);
-            tlB = ((FloatVector) vB1.and(m4)
-                    .convertShape(VectorOperators.I2F, f, 0))
-                    .fma(x14, tlB);
+            tl = ((FloatVector) v1.and(m4).convertShape(VectorOperators.I2F, f, 0)).fma(x14, tl);
+            tlB = ((FloatVector) vB1.and(m4).convertShape(VectorOperators.I2F, f, 0)).fma(x14, tlB);
             FloatVector x15 = FloatVector.fromArray(f, prepared, p + 224);
-            th = ((FloatVector) v1.and(m5)
-                    .convertShape(VectorOperators.I2F, f, 0))
-                    .fma(x15, th);
-            thB = ((FloatVector) vB1.and(m5)
-                    .convertShape(VectorOperators.I2F, f, 0))
-                    .fma(x15, thB);
+            th = ((FloatVector) v1.and(m5).convertShape(VectorOperators.I2F, f, 0)).fma(x15, th);
+            thB = ((FloatVector) vB1.and(m5).convertShape(VectorOperators.I2F, f, 0)).fma(x15, thB);
             FloatVector x16 = FloatVector.fromArray(f, prepared, p + 240);
-            tl = ((FloatVector) v1.and(m6)
-                    .convertShape(VectorOperators.I2F, f, 0))
-                    .fma(x16, tl);
-            tlB = ((FloatVector) vB1.and(m6)
-                    .convertShape(VectorOperators.I2F, f, 0))
-                    .fma(x16, tlB);
+            tl = ((FloatVector) v1.and(m6).convertShape(VectorOperators.I2F, f, 0)).fma(x16, tl);
+            tlB = ((FloatVector) vB1.and(m6).convertShape(VectorOperators.I2F, f, 0)).fma(x16, tlB);
             FloatVector x17 = FloatVector.fromArray(f, prepared, p + 256);
             th = ((FloatVector) v1.lanewise(VectorOperators.LSHR, 28).convertShape(VectorOperators.I2F, f, 0))
                     .fma(x17, th);
