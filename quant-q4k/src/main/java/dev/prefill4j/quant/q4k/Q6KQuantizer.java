@@ -596,8 +596,8 @@ public final class Q6KQuantizer implements Quantizer {
     public void dotEncodedRows(MemorySegment src, long offset, long stride, int rows, MemorySegment act,
                                long actOffset, long actStride, int actRows, int count, float[] out, int outIndex,
                                int outStride) {
-        KQuants.dotEncodedRows(this, PACKED16 ? CODES : null, CODES_PER_BLOCK, src, offset, stride, rows, act, actOffset, actStride,
-                actRows, count, out, outIndex, outStride);
+        KQuants.dotEncodedRows(this, PACKED16 ? CODES : null, CODES_PER_BLOCK, src, offset, stride, rows, act,
+                actOffset, actStride, actRows, count, out, outIndex, outStride);
     }
 
     /**
@@ -620,7 +620,8 @@ public final class Q6KQuantizer implements Quantizer {
                     IntVector v = ByteVector.fromArray(ByteVector.SPECIES_512, a, x + y0).reinterpretAsInts();
                     IntVector lane = IntVector.zero(IntVector.SPECIES_512);
                     for (int t = 0; t < 4; t++) {
-                        IntVector code = v.lanewise(VectorOperators.LSHL, 24 - 8 * t).lanewise(VectorOperators.ASHR, 24);
+                        IntVector code = v.lanewise(VectorOperators.LSHL, 24 - 8 * t)
+                                .lanewise(VectorOperators.ASHR, 24);
                         lane = lane.add(code);
                         ((FloatVector) code.convertShape(VectorOperators.I2F, FloatVector.SPECIES_512, 0))
                                 .mul(MASKED_SCALES[t]).intoArray(codes, c + y0 + 16 * t);
@@ -655,8 +656,8 @@ public final class Q6KQuantizer implements Quantizer {
      * double as in {@link #dotEncoded}: the same bits. Against {@link #dotInt16} (16 levels a step in int16 lanes,
      * scales and the {@code - 32} term in int lanes), the 1B Q4_0 file's Q6_K output matrix in a decode step with
      * {@code --activations quantized}: docs/performance-notes.md, Kernels. Each level was sign-extended by a shift up
-     * and one down (the top bit flipped first, for {@code q - 32}) until 2026-12-05: two shifts a level, on the one port
-     * that does 512-bit shifts and conversions on the Intel Xeon VM's cores (published port tables; not measured).
+     * and one down (the top bit flipped first, for {@code q - 32}) until 2026-12-05: two shifts a level, on the one
+     * port that does 512-bit shifts and conversions on the Intel Xeon VM's cores (published port tables; not measured).
      * There, {@code bench -m 1b-tq2_0.gguf -p 16 -n 32 -r 2 --activations quantized --profile}, three alternating
      * pairs: the output matrix 20.50, 20.58, 22.83 -> 19.54, 18.72, 20.11 ms a token, tg32 19.04, 18.98, 17.88 ->
      * 19.64, 19.26, 18.94 tok/s.
