@@ -350,6 +350,8 @@ public final class Q4KQuantizer implements Quantizer {
         FloatVector b0 = a0;
         FloatVector b1 = a0;
         FloatVector minsB = a0;
+        // dotPacked16's masks, broadcast once before the loop as there (see its note); written out again rather than
+        // taken from a helper, which would return them boxed where C2 leaves it out of line.
         IntVector m0 = IntVector.broadcast(IntVector.SPECIES_512, 0xF);
         IntVector m1 = IntVector.broadcast(IntVector.SPECIES_512, 0xF0);
         IntVector m2 = IntVector.broadcast(IntVector.SPECIES_512, 0xF00);
