@@ -6,12 +6,14 @@ import dev.prefill4j.engine.Engine;
 import dev.prefill4j.engine.Session;
 import dev.prefill4j.engine.SessionOptions;
 import dev.prefill4j.engine.model.LlamaModel;
+import java.util.Arrays;
 import java.util.Locale;
 import java.util.SplittableRandom;
 
 /**
  * Checks a configuration (engine, model, session options) against the {@link ReferenceForward} on a short prompt
- * of deterministic random tokens: the label every benchmark prints.
+ * of deterministic random tokens, its first half prefilled and the rest decoded one token at a time, so that both the
+ * prompt's kernels and the decode steps' are compared: the label every benchmark prints.
  *
  * <p>Tolerance on the largest logit difference, relative to the largest reference logit magnitude {@code M}:
  * {@code 1e-4 + 1e-4 M} for F32 KV and float32 activations (float32 rounding only); times 20 with an F16 KV cache
@@ -38,9 +40,16 @@ public record Verification(boolean passed, double maxDiff, double tolerance, int
      */
     public static Verification run(Engine engine, LlamaModel model, SessionOptions options, int tokens) {
         int[] ids = new SplittableRandom(7).ints(tokens, 3, model.config().vocab()).toArray();
-        float[] got;
+        // The first half as a prompt, the rest one token at a time: decode steps take their own kernels (one activation
+        // row; with quantized activations the formats' packed copies, PackedMatrix), and they are checked too.
+        int prompt = prompted(tokens);
+        int vocab = model.config().vocab();
+        float[] got = new float[tokens * vocab];
         try (Session s = engine.newSession(model, options.withContextLength(Math.max(tokens, 16)))) {
-            got = s.prefill(ids, true);
+            System.arraycopy(s.prefill(Arrays.copyOf(ids, prompt), true), 0, got, 0, prompt * vocab);
+            for (int i = prompt; i < tokens; i++) {
+                System.arraycopy(s.decode(ids[i]), 0, got, i * vocab, vocab);
+            }
         }
         float[] ref = new ReferenceForward(model, engine.activationFormats(model, options.activations())).logits(ids);
         double max = 0;
@@ -61,9 +70,19 @@ public record Verification(boolean passed, double maxDiff, double tolerance, int
         return new Verification(max <= tol, max, tol, tokens);
     }
 
-    /** {@return e.g. "VERIFIED against the FP64 reference: max |Δlogit| 2.1e-06 <= 1.2e-03 (6 tokens)"} */
+    /**
+     * {@return e.g. "VERIFIED against the FP64 reference: max |Δlogit| 2.1e-06 <= 1.2e-03 (7 tokens: 4 prefilled, 3
+     * decoded)"}
+     */
     public String label() {
-        return String.format(Locale.ROOT, "%s against the FP64 reference: max |Δlogit| %.2e %s %.2e (%d tokens)",
-                passed ? "VERIFIED" : "FAILED", maxDiff, passed ? "<=" : ">", tolerance, tokens);
+        int prompt = prompted(tokens);
+        return String.format(Locale.ROOT, "%s against the FP64 reference: max |Δlogit| %.2e %s %.2e (%d tokens: %d "
+                + "prefilled, %d decoded)", passed ? "VERIFIED" : "FAILED", maxDiff, passed ? "<=" : ">", tolerance,
+                tokens, prompt, tokens - prompt);
+    }
+
+    /** {@return how many of a check's {@code tokens} go in as the prompt: the first half, rounded up} */
+    private static int prompted(int tokens) {
+        return Math.max(1, (tokens + 1) / 2);
     }
 }
