@@ -2,10 +2,15 @@ package dev.prefill4j.backend.cpu;
 
 import dev.prefill4j.api.spi.Blocks;
 import dev.prefill4j.api.spi.ComputeDevice;
+import dev.prefill4j.api.spi.PackedMatrix;
 import dev.prefill4j.api.spi.Quantizer;
 import dev.prefill4j.api.spi.WeightMatrix;
+import java.lang.foreign.Arena;
 import java.lang.foreign.MemorySegment;
+import java.util.IdentityHashMap;
 import java.util.List;
+import java.util.Map;
+import java.util.Optional;
 import java.util.SplittableRandom;
 import java.util.concurrent.atomic.AtomicBoolean;
 import java.util.function.IntConsumer;
@@ -89,6 +94,19 @@ final class CpuDevice implements ComputeDevice {
     /** {@link #exactPanel}'s transposed panel of doubles and its rows' double sums. */
     private final ThreadLocal<double[]> exactPanelBuffer = new ThreadLocal<>();
     private final ThreadLocal<double[]> exactSumBuffer = new ThreadLocal<>();
+
+    /**
+     * Whether decode steps with encoded activations read a copy of the matrix its format laid out for them ({@link
+     * Quantizer#packForEncodedDot}) where it offers one; system property {@value #PACKED_PROPERTY} ({@code false}
+     * turns it off, to compare the two on one machine).
+     */
+    static final String PACKED_PROPERTY = "dev.prefill4j.cpu.packedDecode";
+    static final boolean PACKED = !"false".equals(System.getProperty(PACKED_PROPERTY));
+    /** The packed copies, made at a matrix's first decode step, kept until {@link #close}. */
+    private final Map<WeightMatrix, Optional<PackedMatrix>> packed = new IdentityHashMap<>();
+    private final Arena packedArena = Arena.ofShared();
+    /** The calling thread's prepared activations of a packed product ({@link PackedMatrix#prepareActivations}). */
+    private byte[] packedPrepared = new byte[0];
 
     CpuDevice(int threads) {
         this.threads = threads;
@@ -433,6 +451,20 @@ final class CpuDevice implements ComputeDevice {
         int n = w.rows();
         int k = w.cols();
         long rowBytes = w.rowBytes();
+        PackedMatrix p = rows == 1 && PACKED ? packed(w) : null;
+        if (p != null) {
+            if (packedPrepared.length < p.preparedBytes()) {
+                packedPrepared = new byte[p.preparedBytes()];
+            }
+            byte[] prepared = packedPrepared;
+            p.prepareActivations(act, 0, prepared);
+            // Runs of an even number of groups: kernels may take two groups a step (TernaryTable does).
+            int pair = 2 * p.rowGroup();
+            int run = Math.max(1, rowsRun(n, rowBytes) / pair) * pair;
+            parallelFor((n + run - 1) / run, t -> p.dotEncodedRows(t * run, Math.min(run, n - t * run), prepared, out,
+                    t * run));
+            return;
+        }
         int run = rows == 1 && k >= ROWS_MIN_COLS ? rowsRun(n, rowBytes)
                 : rows > DOT_MAX_ROWS ? Math.max(1, Math.min(ENCODED_TILE_OUTPUTS, n / (2 * threads)))
                 : outputRun(n);
@@ -1088,8 +1120,23 @@ final class CpuDevice implements ComputeDevice {
         }
     }
 
+    /**
+     * {@return the packed copy of {@code w} for decode steps, made now if this is its first, or null where its format
+     * has none} Synchronized: a device serves one session at a time, but sessions may follow one another from
+     * different threads.
+     */
+    private synchronized PackedMatrix packed(WeightMatrix w) {
+        return packed.computeIfAbsent(w, m -> m.format().packForEncodedDot(m, packedArena)).orElse(null);
+    }
+
     @Override
     public void close() {
         pool.close();
+        synchronized (this) {
+            packed.clear();
+            if (packedArena.scope().isAlive()) {
+                packedArena.close();
+            }
+        }
     }
 }

@@ -1,7 +1,9 @@
 package dev.prefill4j.api.spi;
 
 import dev.prefill4j.api.Api;
+import java.lang.foreign.Arena;
 import java.lang.foreign.MemorySegment;
+import java.util.Optional;
 import java.util.OptionalInt;
 
 /**
@@ -276,5 +278,21 @@ public interface Quantizer extends Plugin {
                         actOffset + i * actStride, count);
             }
         }
+    }
+
+    /**
+     * {@return a copy of {@code w} (a matrix in this format) laid out for decode steps' products with encoded
+     * activations, in {@code arena}, or empty where this format has no such layout or {@code w} does not fit it} A
+     * device that calls it keeps the copy for the decode steps ({@link PackedMatrix}) and reads {@code w} for
+     * everything else, so the copy adds its size to the process's memory. The default is empty.
+     *
+     * @param w     the matrix, in this format
+     * @param arena where the copy is allocated: one that several threads may use (shared or global), since the copy
+     *              may be written and is read by many
+     * @since 1.7
+     */
+    @Api.Experimental
+    default Optional<PackedMatrix> packForEncodedDot(WeightMatrix w, Arena arena) {
+        return Optional.empty();
     }
 }

@@ -3,6 +3,7 @@ package dev.prefill4j.api.testkit;
 import dev.prefill4j.api.spi.Backend;
 import dev.prefill4j.api.spi.BackendContext;
 import dev.prefill4j.api.spi.ComputeDevice;
+import dev.prefill4j.api.spi.PackedMatrix;
 import dev.prefill4j.api.spi.Quantizer;
 import dev.prefill4j.api.spi.WeightMatrix;
 import java.lang.foreign.Arena;
@@ -45,7 +46,8 @@ import java.util.SplittableRandom;
  *       decoded weights and the decoded activations within {@link #ENCODED} {@code * sum|w*x|}, for its activation
  *       format and its per-token one (they must be on the test path, found by {@link ServiceLoader});
  *       {@code dotEncodedRows} gives each product of a tile of 11 weight rows and 7 activation rows the bits of
- *       {@code dotEncoded};</li>
+ *       {@code dotEncoded}; where the format packs matrices for decode steps ({@link
+ *       Quantizer#packForEncodedDot}), the packed products of 96 rows equal that FP64 dot within the same bound;</li>
  *   <li>for a format whose {@link Quantizer#encodedDotIsExact()} is {@code true}: {@code dotEncoded} with its
  *       activation format within {@link #EXACT} {@code * sum|w*x|} of that FP64 dot, and {@code matmulExact} over
  *       the decoded activations (13 rows, on every backend) giving each output the bits of {@code matmulEncoded}:
@@ -95,6 +97,7 @@ public final class QuantizerTestKit {
         dot(q, tol, 11);
         for (Quantizer act : encodedActivationFormats(q)) {
             encodedDot(q, act, 17);
+            packedDot(q, act, 19);
         }
         return gemmOnEveryBackend(q, tol, 13);
     }
@@ -227,6 +230,70 @@ public final class QuantizerTestKit {
                         "dotEncodedRows wrote outside its " + actRows + " x " + rows + " products (index " + j + ")");
             }
         }
+    }
+
+    /**
+     * For a format that packs matrices for decode steps ({@link Quantizer#packForEncodedDot}): the packed products of
+     * 96 rows (three groups of 32, of those that pack that way) equal FP64 over the decoded weights and activations
+     * within {@link #ENCODED} {@code * sum|w*x|}; a run from the second group gives the same bits as the whole; nothing
+     * is written outside the run. A format that packs nothing passes.
+     */
+    static void packedDot(Quantizer q, Quantizer act, long seed) {
+        int n = encodedLength(q, act);
+        int rows = 96;
+        long rowBytes = q.byteSize(n);
+        MemorySegment enc = Arena.ofAuto().allocate(rows * rowBytes);
+        float[] wd = new float[rows * n];
+        float[] w = data(rows * n, seed);
+        w[3] = 0; // a zero among the codes of the first row
+        for (int r = 0; r < rows; r++) {
+            q.encode(w, r * n, n, enc, r * rowBytes);
+            q.decode(enc, r * rowBytes, wd, r * n, n);
+        }
+        try (Arena arena = Arena.ofShared()) {
+            PackedMatrix p = q.packForEncodedDot(new WeightMatrix("kit", q, enc, rows, n), arena).orElse(null);
+            if (p == null) {
+                return;
+            }
+            int group = p.rowGroup();
+            check(group > 0 && rows % group == 0, q, "packForEncodedDot of " + rows
+                    + " rows gave groups of " + group);
+            for (float[] x : new float[][] {data(n, seed + 1), ones(n)}) {
+                MemorySegment xEnc = Arena.ofAuto().allocate(act.byteSize(n) + 5).asSlice(5);
+                act.encode(x, 0, n, xEnc, 0);
+                float[] xd = new float[n];
+                act.decode(xEnc, 0, xd, 0, n);
+                byte[] prepared = new byte[p.preparedBytes()];
+                p.prepareActivations(xEnc, 0, prepared);
+                float[] all = new float[rows + 2];
+                Arrays.fill(all, Float.NaN);
+                p.dotEncodedRows(0, rows, prepared, all, 1);
+                check(Float.isNaN(all[0]) && Float.isNaN(all[rows + 1]), q, "packed dotEncodedRows wrote outside its "
+                        + rows + " products");
+                for (int r = 0; r < rows; r++) {
+                    Fp64 ref = Fp64.dot(wd, r * n, xd, 0, n);
+                    check(Math.abs(all[1 + r] - ref.sum()) <= ENCODED * ref.magnitude() + 1e-30, q, "packed dotEncodedRows"
+                            + " row " + r + " of " + n + " elements = " + all[1 + r] + ", FP64 over the decoded "
+                            + act.id() + " activations = " + ref.sum());
+                }
+                float[] part = new float[rows];
+                Arrays.fill(part, Float.NaN);
+                p.dotEncodedRows(group, rows - group, prepared, part, 0);
+                for (int r = 0; r < rows - group; r++) {
+                    check(Float.floatToIntBits(part[r]) == Float.floatToIntBits(all[1 + group + r]), q, "packed "
+                            + "dotEncodedRows from row " + group + ": row " + (group + r) + " = " + part[r]
+                            + ", from row 0: " + all[1 + group + r]);
+                }
+                check(Float.isNaN(part[rows - group]), q, "packed dotEncodedRows from row " + group + " wrote past "
+                        + "its products");
+            }
+        }
+    }
+
+    private static float[] ones(int n) {
+        float[] x = new float[n];
+        Arrays.fill(x, 1f);
+        return x;
     }
 
     static void metadata(Quantizer q) {
@@ -415,7 +482,9 @@ public final class QuantizerTestKit {
 
     private static void encodedGemm(Quantizer q, Quantizer act, ComputeDevice device, String backend, long seed, int k,
                                     int[] shapes) {
-        int out = 11;
+        // 96 outputs: three groups of 32 rows, where a format packs its matrices for decode steps (PackedMatrix), so
+        // that the CPU backend's one-row products go through the packed copy, an odd group included.
+        int out = 96;
         float[] w = data(out * k, seed);
         long rowBytes = q.byteSize(k);
         MemorySegment enc = Arena.ofAuto().allocate(out * rowBytes);

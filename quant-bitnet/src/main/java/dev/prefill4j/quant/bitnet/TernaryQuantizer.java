@@ -1,8 +1,12 @@
 package dev.prefill4j.quant.bitnet;
 
 import dev.prefill4j.api.spi.Blocks;
+import dev.prefill4j.api.spi.PackedMatrix;
 import dev.prefill4j.api.spi.Quantizer;
+import dev.prefill4j.api.spi.WeightMatrix;
+import java.lang.foreign.Arena;
 import java.lang.foreign.MemorySegment;
+import java.util.Optional;
 
 /**
  * What both ternary formats share as quantizers: 256-element blocks with one fp16 scale, Q8_K activations (or, per
@@ -127,6 +131,18 @@ abstract sealed class TernaryQuantizer implements Quantizer permits TQ1_0Quantiz
      */
     abstract void dotCodesRows(MemorySegment src, long offset, long stride, int rows, int blocks, byte[] a, int at,
                                int actStride, int actRows, float[] out, int outIndex, int outStride);
+
+    /**
+     * With 32 short lanes, the matrix laid out for table lookups ({@link TernaryTable}): both formats pack to the same
+     * bytes, so their decode steps give the same bits.
+     */
+    @Override
+    public final Optional<PackedMatrix> packForEncodedDot(WeightMatrix w, Arena arena) {
+        if (!w.format().id().equals(id())) {
+            throw new IllegalArgumentException(w.name() + " is " + w.format().id() + ", not " + id());
+        }
+        return TernaryTable.pack(this, w, arena);
+    }
 
     /** {@return whole blocks in {@code count} elements} @throws IllegalArgumentException if not a multiple of 256 */
     final int blocks(int count) {

@@ -85,6 +85,71 @@ class TernaryFormatsTest {
         }
     }
 
+    /**
+     * Decode steps' packed copies ({@link TernaryTable}): with 32 short lanes both formats pack (64 rows of 2,048), and
+     * their products are the same bits for the same trits and scales, with one activation scale a row (per-token) or
+     * one a block (Q8_K's layout); a TQ2_0
+     * matrix with a trit code of 3 (which no quantizer writes, and whose pair sums could leave int16) is not packed.
+     * Without 32 short lanes nothing packs. The products' values are the kit's check ({@link #bothPassTheKit}).
+     */
+    @Test
+    void bothFormatsPackToTheSameBits() {
+        int n = 2048;
+        int rows = 64;
+        SplittableRandom r = new SplittableRandom(9);
+        float[] w = new float[rows * n];
+        float[] x = new float[n];
+        for (int i = 0; i < w.length; i++) {
+            w[i] = (float) r.nextGaussian();
+        }
+        for (int i = 0; i < n; i++) {
+            x[i] = (float) r.nextGaussian();
+        }
+        Q8KTokenQuantizer act = new Q8KTokenQuantizer();
+        for (boolean perBlock : new boolean[] {false, true}) {
+            MemorySegment a = Arena.ofAuto().allocate(act.byteSize(n));
+            act.encode(x, 0, n, a, 0);
+            for (int b = 0; perBlock && b < n / 256; b++) { // a scale per block, as Q8_K's (the same layout)
+                long at = (long) b * Ternary.Q8K_BYTES;
+                a.set(dev.prefill4j.api.spi.Blocks.F32, at, a.get(dev.prefill4j.api.spi.Blocks.F32, at) * (b + 1));
+            }
+            float[][] out = new float[2][rows];
+            dev.prefill4j.api.spi.Quantizer[] formats = {new TQ1_0Quantizer(), new TQ2_0Quantizer()};
+            try (Arena arena = Arena.ofShared()) {
+                for (int f = 0; f < 2; f++) {
+                    MemorySegment seg = Arena.ofAuto().allocate(formats[f].byteSize(n) * rows);
+                    for (int row = 0; row < rows; row++) {
+                        formats[f].encode(w, row * n, n, seg, row * formats[f].byteSize(n));
+                    }
+                    var packed = formats[f].packForEncodedDot(
+                            new dev.prefill4j.api.spi.WeightMatrix("w", formats[f], seg, rows, n), arena);
+                    assertEquals(Ternary.CODES32, packed.isPresent(), formats[f].id() + " packed");
+                    if (packed.isEmpty()) {
+                        return;
+                    }
+                    byte[] prepared = new byte[packed.get().preparedBytes()];
+                    packed.get().prepareActivations(a, 0, prepared);
+                    packed.get().dotEncodedRows(0, rows, prepared, out[f], 0);
+                }
+            }
+            for (int row = 0; row < rows; row++) {
+                assertEquals(Float.floatToIntBits(out[0][row]), Float.floatToIntBits(out[1][row]),
+                        "scale per " + (perBlock ? "block" : "token") + ", row " + row + ": " + out[0][row] + " vs "
+                        + out[1][row]);
+            }
+        }
+        TQ2_0Quantizer tq2 = new TQ2_0Quantizer();
+        MemorySegment seg = Arena.ofAuto().allocate(tq2.byteSize(n) * rows);
+        for (int row = 0; row < rows; row++) {
+            tq2.encode(w, row * n, n, seg, row * tq2.byteSize(n));
+        }
+        seg.set(java.lang.foreign.ValueLayout.JAVA_BYTE, 5 * tq2.byteSize(n) + 17, (byte) 0xFF); // four codes of 3
+        try (Arena arena = Arena.ofShared()) {
+            assertEquals(false, tq2.packForEncodedDot(
+                    new dev.prefill4j.api.spi.WeightMatrix("w", tq2, seg, rows, n), arena).isPresent());
+        }
+    }
+
     private static float[] roundTrip(dev.prefill4j.api.spi.Quantizer q, float[] x) {
         MemorySegment seg = Arena.ofAuto().allocate(q.byteSize(x.length));
         q.encode(x, 0, x.length, seg, 0);

@@ -1,0 +1,60 @@
+package dev.prefill4j.api.spi;
+
+import dev.prefill4j.api.Api;
+import java.lang.foreign.MemorySegment;
+
+/**
+ * A copy of a weight matrix that its format laid out again for the products of decode steps (one activation row,
+ * still encoded in the format's {@linkplain Quantizer#activationFormat() activation format} or its {@linkplain
+ * Quantizer#tokenActivationFormat() per-token one}), made by {@link Quantizer#packForEncodedDot}. A format offers
+ * one where a layout other than the file's lets its kernel do less work per weight: the ternary formats put
+ * {@link #rowGroup()} rows side by side, so that one table lookup serves that many rows at once.
+ *
+ * <p>A product is computed in two steps: {@link #prepareActivations} derives what the kernel reads from the
+ * activation row, once for all rows (the caller's buffer, {@link #preparedBytes()} long), and {@link
+ * #dotEncodedRows} computes runs of rows from it, from as many threads at once as the caller likes. The products
+ * equal the source format's {@link Quantizer#dotEncoded} to float rounding (each format says how its sums are
+ * rounded; the plugin author's test kit compares them with FP64 to {@code QuantizerTestKit.ENCODED}), not
+ * necessarily to the bit.
+ *
+ * <p>The copy lives in the arena given to {@link Quantizer#packForEncodedDot}; the source stays valid and is what
+ * every other product reads.
+ *
+ * @since 1.7
+ */
+@Api.Experimental
+public interface PackedMatrix {
+    /** {@return the matrix this is a copy of} */
+    WeightMatrix source();
+
+    /** {@return how many rows the kernel computes together: {@link #dotEncodedRows}' runs start at multiples of it} */
+    int rowGroup();
+
+    /** {@return bytes the copy takes} */
+    long byteSize();
+
+    /** {@return bytes {@link #prepareActivations} writes for one activation row} */
+    int preparedBytes();
+
+    /**
+     * Derives what {@link #dotEncodedRows} reads from one activation row of {@code source().cols()} elements.
+     *
+     * @param act       the encoded activations
+     * @param actOffset byte offset of the row's first block
+     * @param prepared  where it goes, at least {@link #preparedBytes()} long, from index 0
+     */
+    void prepareActivations(MemorySegment act, long actOffset, byte[] prepared);
+
+    /**
+     * {@code out[outIndex + i]} gets the product of row {@code firstRow + i} with the prepared activation row, for
+     * {@code i < rows}.
+     *
+     * @param firstRow the first row, a multiple of {@link #rowGroup()}
+     * @param rows     how many rows, a multiple of {@link #rowGroup()}
+     * @param prepared what {@link #prepareActivations} wrote
+     * @param out      where the products go
+     * @param outIndex index of the first product
+     * @throws IllegalArgumentException if {@code firstRow} or {@code rows} is not a multiple of {@link #rowGroup()}
+     */
+    void dotEncodedRows(int firstRow, int rows, byte[] prepared, float[] out, int outIndex);
+}
