@@ -96,17 +96,27 @@ final class CpuDevice implements ComputeDevice {
     private final ThreadLocal<double[]> exactSumBuffer = new ThreadLocal<>();
 
     /**
-     * Whether decode steps with encoded activations read a copy of the matrix its format laid out for them ({@link
-     * Quantizer#packForEncodedDot}) where it offers one; system property {@value #PACKED_PROPERTY} ({@code false}
-     * turns it off, to compare the two on one machine).
+     * Whether one-row products (decode steps: {@link #matmul}, {@link #matmulSwiGLU} and {@link #matmulEncoded} of one
+     * activation row) read a copy of the matrix its format laid out for them ({@link Quantizer#packForDecode}) where
+     * it offers one; the copy costs its size in memory. System property {@value #PACKED_PROPERTY} ({@code false}) turns
+     * it off, to save that memory or to compare the two on one machine.
      */
     static final String PACKED_PROPERTY = "dev.prefill4j.cpu.packedDecode";
     static final boolean PACKED = !"false".equals(System.getProperty(PACKED_PROPERTY));
-    /** The packed copies, made at a matrix's first decode step, kept until {@link #close}. */
-    private final Map<WeightMatrix, Optional<PackedMatrix>> packed = new IdentityHashMap<>();
-    private final Arena packedArena = Arena.ofShared();
+    /**
+     * The packed copies, made at a matrix's first decode step, each in an arena of its own, kept until {@link #close}
+     * (the warm-up's, of a few rows, until its end); null where a matrix's format has none.
+     */
+    private final Map<WeightMatrix, Packed> packed = new IdentityHashMap<>();
+
+    private record Packed(PackedMatrix matrix, Arena arena) {
+    }
+
     /** The calling thread's prepared activations of a packed product ({@link PackedMatrix#prepareActivations}). */
     private byte[] packedPrepared = new byte[0];
+    /** The same for float32 activations ({@link PackedMatrix#prepareFloats}), and up's in a SwiGLU product. */
+    private float[] packedFloats = new float[0];
+    private float[] upPackedFloats = new float[0];
 
     CpuDevice(int threads) {
         this.threads = threads;
@@ -334,6 +344,13 @@ final class CpuDevice implements ComputeDevice {
         long rowBytes = w.rowBytes();
         var format = w.format();
         var data = w.data();
+        PackedMatrix pm = rows == 1 && PACKED ? packed(w) : null;
+        if (pm != null && pm.preparedFloats() > 0) {
+            packedFloats = atLeast(packedFloats, pm.preparedFloats());
+            pm.prepareFloats(x, 0, packedFloats);
+            packedDotRows(pm, packedFloats, out);
+            return;
+        }
         int pl = format.preparedActivations(k);
         Aligned p = prepare(preparedBuffer, format, x, rows, k);
         float[] prepared = p.data();
@@ -381,6 +398,7 @@ final class CpuDevice implements ComputeDevice {
             for (int done = 0; done < WARM_UP_DOTS; done += rows) {
                 matmulDots(head, x, 1, out);
             }
+            unpack(head);
             // The one-row form too (a run's odd row, each row of a decode step of two or three activation rows): where
             // every row is grouped (Blocks.ONE_ROW_MAX_COUNT 0) the loop above never reaches it, and Q4_K's one-row
             // kernel was compiled during the first generated tokens, its arena on top of the whole mapped model:
@@ -720,6 +738,19 @@ final class CpuDevice implements ComputeDevice {
         int panel = PANEL;
         if (up.rows() != n || up.cols() != k || !(rows <= DOT_MAX_ROWS || rows >= 6 && n % panel == 0)) {
             ComputeDevice.super.matmulSwiGLU(gate, up, x, rows, out);
+            return;
+        }
+        PackedMatrix gp1 = rows == 1 && PACKED ? packed(gate) : null;
+        PackedMatrix up1 = gp1 != null ? packed(up) : null;
+        if (up1 != null && gp1.preparedFloats() > 0 && up1.preparedFloats() > 0) {
+            packedFloats = atLeast(packedFloats, gp1.preparedFloats());
+            upPackedFloats = atLeast(upPackedFloats, up1.preparedFloats());
+            gp1.prepareFloats(x, 0, packedFloats);
+            up1.prepareFloats(x, 0, upPackedFloats);
+            float[] u = buffer(upRowsBuffer, n);
+            packedDotRows(gp1, packedFloats, out);
+            packedDotRows(up1, upPackedFloats, u);
+            swiglu(out, u, n);
             return;
         }
         if (rows <= DOT_MAX_ROWS) {
@@ -1126,17 +1157,53 @@ final class CpuDevice implements ComputeDevice {
      * different threads.
      */
     private synchronized PackedMatrix packed(WeightMatrix w) {
-        return packed.computeIfAbsent(w, m -> m.format().packForEncodedDot(m, packedArena)).orElse(null);
+        if (!packed.containsKey(w)) {
+            Arena arena = Arena.ofShared();
+            Optional<PackedMatrix> p = w.format().packForDecode(w, arena);
+            if (p.isEmpty()) {
+                arena.close();
+            }
+            packed.put(w, p.map(m -> new Packed(m, arena)).orElse(null));
+        }
+        Packed p = packed.get(w);
+        return p == null ? null : p.matrix();
+    }
+
+    /** Frees {@code w}'s packed copy, if it has one. */
+    private synchronized void unpack(WeightMatrix w) {
+        Packed p = packed.remove(w);
+        if (p != null) {
+            p.arena().close();
+        }
+    }
+
+    /** {@return {@code buffer}, or a new one where it holds fewer than {@code size} floats} */
+    private static float[] atLeast(float[] buffer, int size) {
+        return buffer.length >= size ? buffer : new float[size];
+    }
+
+    /**
+     * Runs {@code w}'s packed float32 product over all its rows into {@code out}, with activations {@link
+     * PackedMatrix#prepareFloats} wrote to {@code prepared}: tasks of an even number of row groups, about as many
+     * bytes as {@link #rowsRun} gives the file's layout.
+     */
+    private void packedDotRows(PackedMatrix p, float[] prepared, float[] out) {
+        int n = p.source().rows();
+        int pair = 2 * p.rowGroup();
+        int run = Math.max(1, rowsRun(n, p.source().rowBytes()) / pair) * pair;
+        parallelFor((n + run - 1) / run, t -> p.dotRows(t * run, Math.min(run, n - t * run), prepared, out, t * run));
     }
 
     @Override
     public void close() {
         pool.close();
         synchronized (this) {
-            packed.clear();
-            if (packedArena.scope().isAlive()) {
-                packedArena.close();
+            for (Packed p : packed.values()) {
+                if (p != null) {
+                    p.arena().close();
+                }
             }
+            packed.clear();
         }
     }
 }

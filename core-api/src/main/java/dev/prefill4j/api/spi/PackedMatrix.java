@@ -4,21 +4,21 @@ import dev.prefill4j.api.Api;
 import java.lang.foreign.MemorySegment;
 
 /**
- * A copy of a weight matrix that its format laid out again for the products of decode steps (one activation row,
- * still encoded in the format's {@linkplain Quantizer#activationFormat() activation format} or its {@linkplain
- * Quantizer#tokenActivationFormat() per-token one}), made by {@link Quantizer#packForEncodedDot}. A format offers
- * one where a layout other than the file's lets its kernel do less work per weight: the ternary formats put
- * {@link #rowGroup()} rows side by side, so that one table lookup serves that many rows at once.
+ * A copy of a weight matrix that its format laid out again for the products of decode steps, one activation row at a
+ * time, made by {@link Quantizer#packForDecode}: with activations still encoded in the format's {@linkplain
+ * Quantizer#activationFormat() activation format} or its {@linkplain Quantizer#tokenActivationFormat() per-token one},
+ * and, where {@link #preparedFloats()} is not 0, with float32 activations. A format offers one where a layout other
+ * than the file's lets its kernel do less work per weight: the ternary formats put {@link #rowGroup()} rows side by
+ * side, so that one table lookup serves that many rows at once.
  *
- * <p>A product is computed in two steps: {@link #prepareActivations} derives what the kernel reads from the
- * activation row, once for all rows (the caller's buffer, {@link #preparedBytes()} long), and {@link
- * #dotEncodedRows} computes runs of rows from it, from as many threads at once as the caller likes. The products
- * equal the source format's {@link Quantizer#dotEncoded} to float rounding (each format says how its sums are
- * rounded; the plugin author's test kit compares them with FP64 to {@code QuantizerTestKit.ENCODED}), not
- * necessarily to the bit.
+ * <p>A product is computed in two steps: {@link #prepareActivations} (or {@link #prepareFloats}) derives what the
+ * kernel reads from the activation row, once for all rows, into the caller's buffer, and {@link #dotEncodedRows} (or
+ * {@link #dotRows}) computes runs of whole row groups from it, from as many threads at once as the caller likes. The
+ * products equal the source format's {@link Quantizer#dotEncoded} (or {@link Quantizer#dot}) to float rounding, not
+ * necessarily to the bit; the plugin author's test kit compares them with FP64.
  *
- * <p>The copy lives in the arena given to {@link Quantizer#packForEncodedDot}; the source stays valid and is what
- * every other product reads.
+ * <p>The copy lives in the arena given to {@link Quantizer#packForDecode}; the source stays valid and is what every
+ * other product reads.
  *
  * @since 1.7
  */
@@ -32,6 +32,36 @@ public interface PackedMatrix {
 
     /** {@return bytes the copy takes} */
     long byteSize();
+
+    /**
+     * {@return floats {@link #prepareFloats} writes for one activation row of float32 activations, or 0 where this copy
+     * serves encoded activations only}
+     */
+    int preparedFloats();
+
+    /**
+     * Derives what {@link #dotRows} reads from one row of {@code source().cols()} float32 activations.
+     *
+     * @param x        the activations
+     * @param xOffset  index of the row's first element
+     * @param prepared where it goes, at least {@link #preparedFloats()} long, from index 0
+     * @throws UnsupportedOperationException if {@link #preparedFloats()} is 0
+     */
+    void prepareFloats(float[] x, int xOffset, float[] prepared);
+
+    /**
+     * {@code out[outIndex + i]} gets the product of row {@code firstRow + i} with the float32 activation row {@link
+     * #prepareFloats} prepared, for {@code i < rows}: the source format's {@link Quantizer#dot} to float rounding.
+     *
+     * @param firstRow the first row, a multiple of {@link #rowGroup()}
+     * @param rows     how many rows, a multiple of {@link #rowGroup()}
+     * @param prepared what {@link #prepareFloats} wrote
+     * @param out      where the products go
+     * @param outIndex index of the first product
+     * @throws IllegalArgumentException if {@code firstRow} or {@code rows} is not a multiple of {@link #rowGroup()}
+     * @throws UnsupportedOperationException if {@link #preparedFloats()} is 0
+     */
+    void dotRows(int firstRow, int rows, float[] prepared, float[] out, int outIndex);
 
     /** {@return bytes {@link #prepareActivations} writes for one activation row} */
     int preparedBytes();

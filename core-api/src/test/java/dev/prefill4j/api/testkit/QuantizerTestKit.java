@@ -37,7 +37,9 @@ import java.util.SplittableRandom;
  *   <li>the fused {@code dot} equals the FP64 dot of the decoded row within {@code dot * sum|w*x|}, and so does
  *       {@code dotPrepared} for a format that prepares activations ({@code preparedActivations > 0}), with the
  *       prepared data at an offset and nothing written outside it; {@code dotPreparedRows} gives each of eleven rows
- *       the bits of {@code dotPrepared}, for rows of a few hundred elements and of over 8,192;</li>
+ *       the bits of {@code dotPrepared}, for rows of a few hundred elements and of over 8,192; where the format packs
+ *       matrices for decode steps with float32 activations too ({@link Quantizer#packForDecode}), the packed products
+ *       of 96 rows equal that FP64 dot within the same bound;</li>
  *   <li>GEMM, float and exact accumulation, on every {@link Backend} found by {@link ServiceLoader} equals FP64 over
  *       the decoded weights within the same relative bound, for shapes with one and many activation rows, and one
  *       activation row with rows of at least 8,192 weights;</li>
@@ -47,7 +49,7 @@ import java.util.SplittableRandom;
  *       format and its per-token one (they must be on the test path, found by {@link ServiceLoader});
  *       {@code dotEncodedRows} gives each product of a tile of 11 weight rows and 7 activation rows the bits of
  *       {@code dotEncoded}; where the format packs matrices for decode steps ({@link
- *       Quantizer#packForEncodedDot}), the packed products of 96 rows equal that FP64 dot within the same bound;</li>
+ *       Quantizer#packForDecode}), the packed products of 96 rows equal that FP64 dot within the same bound;</li>
  *   <li>for a format whose {@link Quantizer#encodedDotIsExact()} is {@code true}: {@code dotEncoded} with its
  *       activation format within {@link #EXACT} {@code * sum|w*x|} of that FP64 dot, and {@code matmulExact} over
  *       the decoded activations (13 rows, on every backend) giving each output the bits of {@code matmulEncoded}:
@@ -95,6 +97,7 @@ public final class QuantizerTestKit {
         roundTrip(q, tol, 7);
         decodeIsExact(q);
         dot(q, tol, 11);
+        packedFloatDot(q, tol, 23);
         for (Quantizer act : encodedActivationFormats(q)) {
             encodedDot(q, act, 17);
             packedDot(q, act, 19);
@@ -233,7 +236,7 @@ public final class QuantizerTestKit {
     }
 
     /**
-     * For a format that packs matrices for decode steps ({@link Quantizer#packForEncodedDot}): the packed products of
+     * For a format that packs matrices for decode steps ({@link Quantizer#packForDecode}): the packed products of
      * 96 rows (three groups of 32, of those that pack that way) equal FP64 over the decoded weights and activations
      * within {@link #ENCODED} {@code * sum|w*x|}; a run from the second group gives the same bits as the whole; nothing
      * is written outside the run. A format that packs nothing passes.
@@ -251,12 +254,12 @@ public final class QuantizerTestKit {
             q.decode(enc, r * rowBytes, wd, r * n, n);
         }
         try (Arena arena = Arena.ofShared()) {
-            PackedMatrix p = q.packForEncodedDot(new WeightMatrix("kit", q, enc, rows, n), arena).orElse(null);
+            PackedMatrix p = q.packForDecode(new WeightMatrix("kit", q, enc, rows, n), arena).orElse(null);
             if (p == null) {
                 return;
             }
             int group = p.rowGroup();
-            check(group > 0 && rows % group == 0, q, "packForEncodedDot of " + rows
+            check(group > 0 && rows % group == 0, q, "packForDecode of " + rows
                     + " rows gave groups of " + group);
             for (float[] x : new float[][] {data(n, seed + 1), ones(n)}) {
                 MemorySegment xEnc = Arena.ofAuto().allocate(act.byteSize(n) + 5).asSlice(5);
@@ -287,6 +290,53 @@ public final class QuantizerTestKit {
                 check(Float.isNaN(part[rows - group]), q, "packed dotEncodedRows from row " + group + " wrote past "
                         + "its products");
             }
+        }
+    }
+
+    /**
+     * For a format whose packed copy also takes float32 activations ({@link PackedMatrix#preparedFloats()} not 0):
+     * its products of 96 rows of 2,048 elements equal FP64 over the decoded weights within the format's {@code dot}
+     * tolerance of {@code sum|w*x|}; a run from the second group gives the same bits; nothing is written outside it.
+     */
+    static void packedFloatDot(Quantizer q, Tolerance tol, long seed) {
+        int n = q.blockSize() * Math.max(1, 2048 / q.blockSize());
+        int rows = 96;
+        long rowBytes = q.byteSize(n);
+        MemorySegment enc = Arena.ofAuto().allocate(rows * rowBytes);
+        float[] wd = new float[rows * n];
+        float[] w = data(rows * n, seed);
+        for (int r = 0; r < rows; r++) {
+            q.encode(w, r * n, n, enc, r * rowBytes);
+            q.decode(enc, r * rowBytes, wd, r * n, n);
+        }
+        try (Arena arena = Arena.ofShared()) {
+            PackedMatrix p = q.packForDecode(new WeightMatrix("kit", q, enc, rows, n), arena).orElse(null);
+            if (p == null || p.preparedFloats() == 0) {
+                return;
+            }
+            int group = p.rowGroup();
+            float[] x = data(n + 3, seed + 1);
+            float[] prepared = new float[p.preparedFloats()];
+            p.prepareFloats(x, 3, prepared);
+            float[] all = new float[rows + 2];
+            Arrays.fill(all, Float.NaN);
+            p.dotRows(0, rows, prepared, all, 1);
+            check(Float.isNaN(all[0]) && Float.isNaN(all[rows + 1]), q, "packed dotRows wrote outside its " + rows
+                    + " products");
+            for (int r = 0; r < rows; r++) {
+                Fp64 ref = Fp64.dot(wd, r * n, x, 3, n);
+                check(Math.abs(all[1 + r] - ref.sum()) <= tol.dot() * ref.magnitude() + 1e-30, q, "packed dotRows row "
+                        + r + " of " + n + " elements = " + all[1 + r] + ", FP64 = " + ref.sum());
+            }
+            float[] part = new float[rows];
+            Arrays.fill(part, Float.NaN);
+            p.dotRows(group, rows - group, prepared, part, 0);
+            for (int r = 0; r < rows - group; r++) {
+                check(Float.floatToIntBits(part[r]) == Float.floatToIntBits(all[1 + group + r]), q, "packed dotRows "
+                        + "from row " + group + ": row " + (group + r) + " = " + part[r] + ", from row 0: "
+                        + all[1 + group + r]);
+            }
+            check(Float.isNaN(part[rows - group]), q, "packed dotRows from row " + group + " wrote past its products");
         }
     }
 

@@ -137,7 +137,7 @@ abstract sealed class TernaryQuantizer implements Quantizer permits TQ1_0Quantiz
      * bytes, so their decode steps give the same bits.
      */
     @Override
-    public final Optional<PackedMatrix> packForEncodedDot(WeightMatrix w, Arena arena) {
+    public final Optional<PackedMatrix> packForDecode(WeightMatrix w, Arena arena) {
         if (!w.format().id().equals(id())) {
             throw new IllegalArgumentException(w.name() + " is " + w.format().id() + ", not " + id());
         }

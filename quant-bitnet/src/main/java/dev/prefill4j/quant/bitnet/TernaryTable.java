@@ -17,10 +17,11 @@ import jdk.incubator.vector.VectorOperators;
 
 /**
  * A ternary matrix (TQ1_0 or TQ2_0) laid out for table lookups, the decode steps' products with Q8_K or per-token
- * activations: trits go two at a time into a 4-bit index, 32 rows side by side in the 16-bit lanes of a vector, and a
- * lane permute ({@code vpermw}) of the 16 possible sums of a pair of activation codes ({@code (c0 - 1) a0 + (c1 - 1)
- * a1}, made once per activation row, {@link #prepareActivations}) gives the pair's products for all 32 rows in one
- * instruction. No weight is multiplied, as the BitNet b1.58 kernels of bitnet.cpp (lookup tables over packed trits)
+ * activations and with float32 ones: trits go two at a time into a 4-bit index, 32 rows side by side in the 16-bit
+ * lanes of a vector, and a lane permute ({@code vpermw}) of the 16 possible sums of a pair of activation codes
+ * ({@code (c0 - 1) a0 + (c1 - 1) a1}, made once per activation row, {@link #prepareActivations}) gives the pair's
+ * products for all 32 rows in one instruction; with float32 activations the sums are floats ({@link #prepareFloats}),
+ * and a permute of int lanes ({@code vpermd}) gives 16 rows' at a time ({@link #dotRows}). No weight is multiplied, as the BitNet b1.58 kernels of bitnet.cpp (lookup tables over packed trits)
  * and the issue's plan have it; the formats' own kernels ({@link TQ2_0Quantizer#dotCodes32}) take each trit out of its
  * byte with two shifts and multiply it with its code, about three instructions a trit where this takes about one per
  * four.
@@ -36,8 +37,10 @@ import jdk.incubator.vector.VectorOperators;
  * <p>Per row and block the 128 pairs' sums are added exactly in int16: a pair's sum is at most {@code 2 * 127} in
  * magnitude (Q8_K codes and the per-token ones are within +-127), a block's at most {@code 128 * 254 = 32512}. The
  * product is {@code sum over blocks of (float) s_b * (d_w * d_a)}, each term one FMA into a float sum in block order:
- * the format's {@code dotEncoded} rounds per lane and block instead, so the two agree to float rounding. Both formats
- * pack to the same bytes from the same trits and scales, so they give the same bits here too.
+ * the format's {@code dotEncoded} rounds per lane and block instead, so the two agree to float rounding. With float32
+ * activations each table entry is rounded once, a block's 128 entries are added in float and the sum is scaled by
+ * {@code d_w} the same way: the format's {@code dot} to float rounding. Both formats pack to the same bytes from the
+ * same trits and scales, so they give the same bits here too.
  *
  * <p>Where a trit's code is 3 (no quantizer writes it; TQ2_0's decoding reads it as +2) the pair sums could leave
  * int16, so such a matrix is not packed. NOT VERIFIED on CPUs without AVX-512 (32 short lanes): there the formats'
@@ -57,6 +60,20 @@ final class TernaryTable implements PackedMatrix {
     /** Lane {@code i}: {@code (i & 3) - 1} and {@code ((i >> 2) & 3) - 1}, the first and second trit of index i. */
     private static final ShortVector FIRST = ShortVector.fromArray(ShortVector.SPECIES_512, lanes(0), 0);
     private static final ShortVector SECOND = ShortVector.fromArray(ShortVector.SPECIES_512, lanes(2), 0);
+
+    /** {@link #FIRST} and {@link #SECOND} as 16 float lanes, for the float32 tables. */
+    private static final FloatVector FIRST_F = FloatVector.fromArray(FloatVector.SPECIES_512, floats(0), 0);
+    private static final FloatVector SECOND_F = FloatVector.fromArray(FloatVector.SPECIES_512, floats(2), 0);
+    /** Floats of one pair's float32 table: the 16 sums once (an int lane permute takes the index modulo 16). */
+    private static final int FLOAT_TABLE = 16;
+
+    private static float[] floats(int shift) {
+        float[] t = new float[16];
+        for (int i = 0; i < 16; i++) {
+            t[i] = ((i >> shift) & 3) - 1;
+        }
+        return t;
+    }
 
     private static short[] lanes(int shift) {
         short[] t = new short[32];
@@ -158,6 +175,104 @@ final class TernaryTable implements PackedMatrix {
                         .intoArray(prepared, (b * PAIRS + p) * TABLE_BYTES);
             }
         }
+    }
+
+    @Override
+    public int preparedFloats() {
+        return blocks * PAIRS * FLOAT_TABLE;
+    }
+
+    /**
+     * Per pair, its 16 sums {@code (c0 - 1) x0 + (c1 - 1) x1} as float32 (each product exact, the sum rounded once).
+     */
+    @Override
+    public void prepareFloats(float[] x, int xOffset, float[] prepared) {
+        for (int p = 0; p < blocks * PAIRS; p++) {
+            float x0 = x[xOffset + 2 * p];
+            float x1 = x[xOffset + 2 * p + 1];
+            FIRST_F.mul(x0).add(SECOND_F.mul(x1)).intoArray(prepared, p * FLOAT_TABLE);
+        }
+    }
+
+    /**
+     * {@link #dotEncodedRows} with float32 tables: each group's 32 rows as two int vectors of 16 (each nibble shifted
+     * down and looked up by {@code selectFrom}, modulo 16, in its pair's table as int bits), added in float per block,
+     * then scaled by the rows' {@code d} into float sums; two groups a step and the loads ahead as there.
+     */
+    @Override
+    public void dotRows(int firstRow, int rows, float[] prepared, float[] out, int outIndex) {
+        if (firstRow % GROUP != 0 || rows % GROUP != 0) {
+            throw new IllegalArgumentException("rows " + firstRow + ".." + (firstRow + rows) + " are not whole groups of "
+                    + GROUP);
+        }
+        var shorts = ShortVector.SPECIES_512;
+        var ints = IntVector.SPECIES_512;
+        var f = FloatVector.SPECIES_512;
+        var shr = VectorOperators.LSHR;
+        var s2i = VectorOperators.ZERO_EXTEND_S2I;
+        MemorySegment w = packed;
+        long last = w.byteSize() - 8;
+        long ahead = 0;
+        long groupBytes = (long) blocks * GROUP_BLOCK_BYTES;
+        for (int g = firstRow / GROUP, end = (firstRow + rows) / GROUP; g < end; g += 2) {
+            long second = g + 1 < end ? groupBytes : 0;
+            FloatVector acc0 = FloatVector.zero(f);
+            FloatVector acc1 = acc0;
+            FloatVector acc2 = acc0;
+            FloatVector acc3 = acc0;
+            for (int b = 0; b < blocks; b++) {
+                long o = g * groupBytes + (long) b * GROUP_BLOCK_BYTES;
+                long o2 = o + second;
+                int t = b * PAIRS * FLOAT_TABLE;
+                FloatVector s0 = FloatVector.zero(f);
+                FloatVector s1 = s0;
+                FloatVector s2 = s0;
+                FloatVector s3 = s0;
+                for (int j = 0; j < 32; j++) {
+                    ahead += w.get(ValueLayout.JAVA_LONG_UNALIGNED, Math.min(o + 64L * j + AHEAD, last))
+                            + w.get(ValueLayout.JAVA_LONG_UNALIGNED, Math.min(o2 + 64L * j + AHEAD, last));
+                    ShortVector q = ShortVector.fromMemorySegment(shorts, w, o + 64L * j, LE);
+                    ShortVector q2 = ShortVector.fromMemorySegment(shorts, w, o2 + 64L * j, LE);
+                    IntVector i0 = (IntVector) q.convertShape(s2i, ints, 0);
+                    IntVector i1 = (IntVector) q.convertShape(s2i, ints, 1);
+                    IntVector i2 = (IntVector) q2.convertShape(s2i, ints, 0);
+                    IntVector i3 = (IntVector) q2.convertShape(s2i, ints, 1);
+                    int tj = t + 4 * j * FLOAT_TABLE;
+                    IntVector table = FloatVector.fromArray(f, prepared, tj).reinterpretAsInts();
+                    s0 = s0.add(i0.selectFrom(table).reinterpretAsFloats());
+                    s1 = s1.add(i1.selectFrom(table).reinterpretAsFloats());
+                    s2 = s2.add(i2.selectFrom(table).reinterpretAsFloats());
+                    s3 = s3.add(i3.selectFrom(table).reinterpretAsFloats());
+                    table = FloatVector.fromArray(f, prepared, tj + FLOAT_TABLE).reinterpretAsInts();
+                    s0 = s0.add(i0.lanewise(shr, 4).selectFrom(table).reinterpretAsFloats());
+                    s1 = s1.add(i1.lanewise(shr, 4).selectFrom(table).reinterpretAsFloats());
+                    s2 = s2.add(i2.lanewise(shr, 4).selectFrom(table).reinterpretAsFloats());
+                    s3 = s3.add(i3.lanewise(shr, 4).selectFrom(table).reinterpretAsFloats());
+                    table = FloatVector.fromArray(f, prepared, tj + 2 * FLOAT_TABLE).reinterpretAsInts();
+                    s0 = s0.add(i0.lanewise(shr, 8).selectFrom(table).reinterpretAsFloats());
+                    s1 = s1.add(i1.lanewise(shr, 8).selectFrom(table).reinterpretAsFloats());
+                    s2 = s2.add(i2.lanewise(shr, 8).selectFrom(table).reinterpretAsFloats());
+                    s3 = s3.add(i3.lanewise(shr, 8).selectFrom(table).reinterpretAsFloats());
+                    table = FloatVector.fromArray(f, prepared, tj + 3 * FLOAT_TABLE).reinterpretAsInts();
+                    s0 = s0.add(i0.lanewise(shr, 12).selectFrom(table).reinterpretAsFloats());
+                    s1 = s1.add(i1.lanewise(shr, 12).selectFrom(table).reinterpretAsFloats());
+                    s2 = s2.add(i2.lanewise(shr, 12).selectFrom(table).reinterpretAsFloats());
+                    s3 = s3.add(i3.lanewise(shr, 12).selectFrom(table).reinterpretAsFloats());
+                }
+                acc0 = s0.fma(FloatVector.fromMemorySegment(f, w, o + 32 * 64, LE), acc0);
+                acc1 = s1.fma(FloatVector.fromMemorySegment(f, w, o + 32 * 64 + 64, LE), acc1);
+                acc2 = s2.fma(FloatVector.fromMemorySegment(f, w, o2 + 32 * 64, LE), acc2);
+                acc3 = s3.fma(FloatVector.fromMemorySegment(f, w, o2 + 32 * 64 + 64, LE), acc3);
+            }
+            int at = outIndex + (g * GROUP - firstRow);
+            acc0.intoArray(out, at);
+            acc1.intoArray(out, at + 16);
+            if (second != 0) {
+                acc2.intoArray(out, at + GROUP);
+                acc3.intoArray(out, at + GROUP + 16);
+            }
+        }
+        out[outIndex] -= (ahead & 1) * 0f; // as in dotEncodedRows
     }
 
     /** Bytes ahead of each stream that {@link #dotEncodedRows} touches with a load of its own (see there). */

@@ -87,8 +87,8 @@ class TernaryFormatsTest {
 
     /**
      * Decode steps' packed copies ({@link TernaryTable}): with 32 short lanes both formats pack (64 rows of 2,048), and
-     * their products are the same bits for the same trits and scales, with one activation scale a row (per-token) or
-     * one a block (Q8_K's layout); a TQ2_0
+     * their products are the same bits for the same trits and scales, with one activation scale a row (per-token),
+     * one a block (Q8_K's layout) or float32 activations; a TQ2_0
      * matrix with a trit code of 3 (which no quantizer writes, and whose pair sums could leave int16) is not packed.
      * Without 32 short lanes nothing packs. The products' values are the kit's check ({@link #bothPassTheKit}).
      */
@@ -114,6 +114,7 @@ class TernaryFormatsTest {
                 a.set(dev.prefill4j.api.spi.Blocks.F32, at, a.get(dev.prefill4j.api.spi.Blocks.F32, at) * (b + 1));
             }
             float[][] out = new float[2][rows];
+            float[][] floatOut = new float[2][rows];
             dev.prefill4j.api.spi.Quantizer[] formats = {new TQ1_0Quantizer(), new TQ2_0Quantizer()};
             try (Arena arena = Arena.ofShared()) {
                 for (int f = 0; f < 2; f++) {
@@ -121,7 +122,7 @@ class TernaryFormatsTest {
                     for (int row = 0; row < rows; row++) {
                         formats[f].encode(w, row * n, n, seg, row * formats[f].byteSize(n));
                     }
-                    var packed = formats[f].packForEncodedDot(
+                    var packed = formats[f].packForDecode(
                             new dev.prefill4j.api.spi.WeightMatrix("w", formats[f], seg, rows, n), arena);
                     assertEquals(Ternary.CODES32, packed.isPresent(), formats[f].id() + " packed");
                     if (packed.isEmpty()) {
@@ -130,9 +131,14 @@ class TernaryFormatsTest {
                     byte[] prepared = new byte[packed.get().preparedBytes()];
                     packed.get().prepareActivations(a, 0, prepared);
                     packed.get().dotEncodedRows(0, rows, prepared, out[f], 0);
+                    float[] floats = new float[packed.get().preparedFloats()];
+                    packed.get().prepareFloats(x, 0, floats);
+                    packed.get().dotRows(0, rows, floats, floatOut[f], 0);
                 }
             }
             for (int row = 0; row < rows; row++) {
+                assertEquals(Float.floatToIntBits(floatOut[0][row]), Float.floatToIntBits(floatOut[1][row]),
+                        "float32 activations, row " + row + ": " + floatOut[0][row] + " vs " + floatOut[1][row]);
                 assertEquals(Float.floatToIntBits(out[0][row]), Float.floatToIntBits(out[1][row]),
                         "scale per " + (perBlock ? "block" : "token") + ", row " + row + ": " + out[0][row] + " vs "
                         + out[1][row]);
@@ -145,7 +151,7 @@ class TernaryFormatsTest {
         }
         seg.set(java.lang.foreign.ValueLayout.JAVA_BYTE, 5 * tq2.byteSize(n) + 17, (byte) 0xFF); // four codes of 3
         try (Arena arena = Arena.ofShared()) {
-            assertEquals(false, tq2.packForEncodedDot(
+            assertEquals(false, tq2.packForDecode(
                     new dev.prefill4j.api.spi.WeightMatrix("w", tq2, seg, rows, n), arena).isPresent());
         }
     }
