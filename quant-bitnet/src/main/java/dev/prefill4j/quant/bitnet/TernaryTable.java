@@ -201,10 +201,7 @@ final class TernaryTable implements PackedMatrix {
      */
     @Override
     public void dotRows(int firstRow, int rows, float[] prepared, float[] out, int outIndex) {
-        if (firstRow % GROUP != 0 || rows % GROUP != 0) {
-            throw new IllegalArgumentException("rows " + firstRow + ".." + (firstRow + rows) + " are not whole groups of "
-                    + GROUP);
-        }
+        checkGroups(firstRow, rows);
         var shorts = ShortVector.SPECIES_512;
         var ints = IntVector.SPECIES_512;
         var f = FloatVector.SPECIES_512;
@@ -275,6 +272,14 @@ final class TernaryTable implements PackedMatrix {
         out[outIndex] -= (ahead & 1) * 0f; // as in dotEncodedRows
     }
 
+    /** @throws IllegalArgumentException unless {@code firstRow} and {@code rows} are whole groups */
+    private static void checkGroups(int firstRow, int rows) {
+        if (firstRow % GROUP != 0 || rows % GROUP != 0) {
+            throw new IllegalArgumentException("rows " + firstRow + ".." + (firstRow + rows) + " are not whole groups of "
+                    + GROUP);
+        }
+    }
+
     /** Bytes ahead of each stream that {@link #dotEncodedRows} touches with a load of its own (see there). */
     static final long AHEAD = Long.getLong("dev.prefill4j.ternary.ahead", 2048);
 
@@ -290,10 +295,7 @@ final class TernaryTable implements PackedMatrix {
      */
     @Override
     public void dotEncodedRows(int firstRow, int rows, byte[] prepared, float[] out, int outIndex) {
-        if (firstRow % GROUP != 0 || rows % GROUP != 0) {
-            throw new IllegalArgumentException("rows " + firstRow + ".." + (firstRow + rows) + " are not whole groups of "
-                    + GROUP);
-        }
+        checkGroups(firstRow, rows);
         var shorts = ShortVector.SPECIES_512;
         var bytes = ByteVector.SPECIES_512;
         var ints = IntVector.SPECIES_512;
