@@ -133,7 +133,8 @@ final class CpuDevice implements ComputeDevice {
                         : "buffers where the JVM put them (grant --enable-native-access=dev.prefill4j.backend.cpu)")
                 + ", decode rows " + (Blocks.ONE_ROW_MAX_COUNT == 0 ? "in groups"
                         : "alone up to " + Blocks.ONE_ROW_MAX_COUNT + " elements")
-                + " (-D" + Blocks.ONE_ROW_MAX_COUNT_PROPERTY + ")";
+                + " (-D" + Blocks.ONE_ROW_MAX_COUNT_PROPERTY + "), packed decode copies where formats offer them "
+                + (PACKED ? "on" : "off") + " (-D" + PACKED_PROPERTY + ")";
     }
 
     private static int panelVectors() {
