@@ -197,7 +197,10 @@ final class TernaryTable implements PackedMatrix {
     /**
      * {@link #dotEncodedRows} with float32 tables: each group's 32 rows as two int vectors of 16 (each nibble shifted
      * down and looked up by {@code selectFrom}, modulo 16, in its pair's table as int bits), added in float per block,
-     * then scaled by the rows' {@code d} into float sums; two groups a step and the loads ahead as there.
+     * then scaled by the rows' {@code d} into float sums; the loads ahead as there. One group a step: with two (16
+     * lookups a step), C2 left the FMAs at the end of each block to the Vector API's Java code in some compilations in
+     * the model (JFR, {@code bench -p 16 -n 200 -r 3}: about 8 GB of boxed vectors in the last 40% of the run, tg200
+     * 19.4 tok/s).
      */
     @Override
     public void dotRows(int firstRow, int rows, float[] prepared, float[] out, int outIndex) {
@@ -210,64 +213,43 @@ final class TernaryTable implements PackedMatrix {
         MemorySegment w = packed;
         long last = w.byteSize() - 8;
         long ahead = 0;
-        long groupBytes = (long) blocks * GROUP_BLOCK_BYTES;
-        for (int g = firstRow / GROUP, end = (firstRow + rows) / GROUP; g < end; g += 2) {
-            long second = g + 1 < end ? groupBytes : 0;
+        for (int g = firstRow / GROUP, end = (firstRow + rows) / GROUP; g < end; g++) {
             FloatVector acc0 = FloatVector.zero(f);
             FloatVector acc1 = acc0;
-            FloatVector acc2 = acc0;
-            FloatVector acc3 = acc0;
             for (int b = 0; b < blocks; b++) {
-                long o = g * groupBytes + (long) b * GROUP_BLOCK_BYTES;
-                long o2 = o + second;
+                long o = ((long) g * blocks + b) * GROUP_BLOCK_BYTES;
                 int t = b * PAIRS * FLOAT_TABLE;
+                // The scales loaded first: loaded after the loop, at the end of the body, C2 left their FMAs to the
+                // Vector API's Java code in the model (JFR: gigabytes of boxed vectors in a bench -p 16 -n 64).
+                FloatVector d0 = FloatVector.fromMemorySegment(f, w, o + 32 * 64, LE);
+                FloatVector d1 = FloatVector.fromMemorySegment(f, w, o + 32 * 64 + 64, LE);
                 FloatVector s0 = FloatVector.zero(f);
                 FloatVector s1 = s0;
-                FloatVector s2 = s0;
-                FloatVector s3 = s0;
                 for (int j = 0; j < 32; j++) {
-                    ahead += w.get(ValueLayout.JAVA_LONG_UNALIGNED, Math.min(o + 64L * j + AHEAD, last))
-                            + w.get(ValueLayout.JAVA_LONG_UNALIGNED, Math.min(o2 + 64L * j + AHEAD, last));
+                    ahead += w.get(ValueLayout.JAVA_LONG_UNALIGNED, Math.min(o + 64L * j + AHEAD, last));
                     ShortVector q = ShortVector.fromMemorySegment(shorts, w, o + 64L * j, LE);
-                    ShortVector q2 = ShortVector.fromMemorySegment(shorts, w, o2 + 64L * j, LE);
                     IntVector i0 = (IntVector) q.convertShape(s2i, ints, 0);
                     IntVector i1 = (IntVector) q.convertShape(s2i, ints, 1);
-                    IntVector i2 = (IntVector) q2.convertShape(s2i, ints, 0);
-                    IntVector i3 = (IntVector) q2.convertShape(s2i, ints, 1);
                     int tj = t + 4 * j * FLOAT_TABLE;
                     IntVector table = FloatVector.fromArray(f, prepared, tj).reinterpretAsInts();
                     s0 = s0.add(i0.selectFrom(table).reinterpretAsFloats());
                     s1 = s1.add(i1.selectFrom(table).reinterpretAsFloats());
-                    s2 = s2.add(i2.selectFrom(table).reinterpretAsFloats());
-                    s3 = s3.add(i3.selectFrom(table).reinterpretAsFloats());
                     table = FloatVector.fromArray(f, prepared, tj + FLOAT_TABLE).reinterpretAsInts();
                     s0 = s0.add(i0.lanewise(shr, 4).selectFrom(table).reinterpretAsFloats());
                     s1 = s1.add(i1.lanewise(shr, 4).selectFrom(table).reinterpretAsFloats());
-                    s2 = s2.add(i2.lanewise(shr, 4).selectFrom(table).reinterpretAsFloats());
-                    s3 = s3.add(i3.lanewise(shr, 4).selectFrom(table).reinterpretAsFloats());
                     table = FloatVector.fromArray(f, prepared, tj + 2 * FLOAT_TABLE).reinterpretAsInts();
                     s0 = s0.add(i0.lanewise(shr, 8).selectFrom(table).reinterpretAsFloats());
                     s1 = s1.add(i1.lanewise(shr, 8).selectFrom(table).reinterpretAsFloats());
-                    s2 = s2.add(i2.lanewise(shr, 8).selectFrom(table).reinterpretAsFloats());
-                    s3 = s3.add(i3.lanewise(shr, 8).selectFrom(table).reinterpretAsFloats());
                     table = FloatVector.fromArray(f, prepared, tj + 3 * FLOAT_TABLE).reinterpretAsInts();
                     s0 = s0.add(i0.lanewise(shr, 12).selectFrom(table).reinterpretAsFloats());
                     s1 = s1.add(i1.lanewise(shr, 12).selectFrom(table).reinterpretAsFloats());
-                    s2 = s2.add(i2.lanewise(shr, 12).selectFrom(table).reinterpretAsFloats());
-                    s3 = s3.add(i3.lanewise(shr, 12).selectFrom(table).reinterpretAsFloats());
                 }
-                acc0 = s0.fma(FloatVector.fromMemorySegment(f, w, o + 32 * 64, LE), acc0);
-                acc1 = s1.fma(FloatVector.fromMemorySegment(f, w, o + 32 * 64 + 64, LE), acc1);
-                acc2 = s2.fma(FloatVector.fromMemorySegment(f, w, o2 + 32 * 64, LE), acc2);
-                acc3 = s3.fma(FloatVector.fromMemorySegment(f, w, o2 + 32 * 64 + 64, LE), acc3);
+                acc0 = s0.fma(d0, acc0);
+                acc1 = s1.fma(d1, acc1);
             }
             int at = outIndex + (g * GROUP - firstRow);
             acc0.intoArray(out, at);
             acc1.intoArray(out, at + 16);
-            if (second != 0) {
-                acc2.intoArray(out, at + GROUP);
-                acc3.intoArray(out, at + GROUP + 16);
-            }
         }
         out[outIndex] -= (ahead & 1) * 0f; // as in dotEncodedRows
     }
@@ -318,6 +300,12 @@ final class TernaryTable implements PackedMatrix {
                 long o = g * groupBytes + (long) b * GROUP_BLOCK_BYTES;
                 long o2 = o + second;
                 int t = b * PAIRS * TABLE_BYTES;
+                // The scales first, as in dotRows.
+                float da = Blocks.f32(prepared, scales + 4 * b);
+                FloatVector d0 = FloatVector.fromMemorySegment(f, w, o + 32 * 64, LE).mul(da);
+                FloatVector d1 = FloatVector.fromMemorySegment(f, w, o + 32 * 64 + 64, LE).mul(da);
+                FloatVector d2 = FloatVector.fromMemorySegment(f, w, o2 + 32 * 64, LE).mul(da);
+                FloatVector d3 = FloatVector.fromMemorySegment(f, w, o2 + 32 * 64 + 64, LE).mul(da);
                 ShortVector sum = ShortVector.zero(shorts);
                 ShortVector sum2 = sum;
                 for (int j = 0; j < 32; j++) {
@@ -339,15 +327,14 @@ final class TernaryTable implements PackedMatrix {
                     sum = sum.add(q.lanewise(shr, 12).selectFrom(table));
                     sum2 = sum2.add(q2.lanewise(shr, 12).selectFrom(table));
                 }
-                float da = Blocks.f32(prepared, scales + 4 * b);
                 acc0 = ((FloatVector) ((IntVector) sum.convertShape(s2i, ints, 0)).convertShape(i2f, f, 0))
-                        .fma(FloatVector.fromMemorySegment(f, w, o + 32 * 64, LE).mul(da), acc0);
+                        .fma(d0, acc0);
                 acc1 = ((FloatVector) ((IntVector) sum.convertShape(s2i, ints, 1)).convertShape(i2f, f, 0))
-                        .fma(FloatVector.fromMemorySegment(f, w, o + 32 * 64 + 64, LE).mul(da), acc1);
+                        .fma(d1, acc1);
                 acc2 = ((FloatVector) ((IntVector) sum2.convertShape(s2i, ints, 0)).convertShape(i2f, f, 0))
-                        .fma(FloatVector.fromMemorySegment(f, w, o2 + 32 * 64, LE).mul(da), acc2);
+                        .fma(d2, acc2);
                 acc3 = ((FloatVector) ((IntVector) sum2.convertShape(s2i, ints, 1)).convertShape(i2f, f, 0))
-                        .fma(FloatVector.fromMemorySegment(f, w, o2 + 32 * 64 + 64, LE).mul(da), acc3);
+                        .fma(d3, acc3);
             }
             int at = outIndex + (g * GROUP - firstRow);
             acc0.intoArray(out, at);
