@@ -21,10 +21,10 @@ import jdk.incubator.vector.VectorOperators;
  * lanes of a vector, and a lane permute ({@code vpermw}) of the 16 possible sums of a pair of activation codes
  * ({@code (c0 - 1) a0 + (c1 - 1) a1}, made once per activation row, {@link #prepareActivations}) gives the pair's
  * products for all 32 rows in one instruction; with float32 activations the sums are floats ({@link #prepareFloats}),
- * and a permute of int lanes ({@code vpermd}) gives 16 rows' at a time ({@link #dotRows}). No weight is multiplied, as the BitNet b1.58 kernels of bitnet.cpp (lookup tables over packed trits)
- * and the issue's plan have it; the formats' own kernels ({@link TQ2_0Quantizer#dotCodes32}) take each trit out of its
- * byte with two shifts and multiply it with its code, about three instructions a trit where this takes about one per
- * four.
+ * and a permute of int lanes ({@code vpermd}) gives 16 rows' at a time ({@link #dotRows}). No weight is multiplied:
+ * lookup tables over packed trits are what bitnet.cpp's BitNet b1.58 kernels use too. The formats' own integer kernels
+ * ({@link TQ2_0Quantizer#dotCodes32}) take each trit out of its byte with two shifts and multiply it with its code,
+ * about three instructions a trit where this takes about one per four.
  *
  * <p>Layout, per group of 32 rows and block of 256 elements ({@value #GROUP_BLOCK_BYTES} bytes, groups' blocks in
  * order): 32 vectors of 32 int16 lanes, lane {@code l} of vector {@code j} holding row {@code 32g + l}'s pairs {@code
@@ -262,8 +262,13 @@ final class TernaryTable implements PackedMatrix {
         }
     }
 
-    /** Bytes ahead of each stream that {@link #dotEncodedRows} touches with a load of its own (see there). */
-    static final long AHEAD = Long.getLong("dev.prefill4j.ternary.ahead", 2048);
+    /**
+     * Bytes ahead of each stream that the kernels touch with a load of their own (see {@link #dotEncodedRows}): in a
+     * harness outside the repository (module jars, two threads, 2,048- and 8,192-element rows streamed) 1, 2 and 4
+     * KiB were alike (12.2-14.6 GB/s float, 14.2-16.4 integer), 8 and 16 KiB slower, and the same loads at distance 0
+     * 8.6 GB/s (float).
+     */
+    private static final long AHEAD = 2048;
 
     /**
      * Two groups a step (two streams of weights, each table loaded once for both), per block: 32 loads of each
