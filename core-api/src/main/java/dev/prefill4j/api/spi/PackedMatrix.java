@@ -27,7 +27,10 @@ public interface PackedMatrix {
     /** {@return the matrix this is a copy of} */
     WeightMatrix source();
 
-    /** {@return how many rows the kernel computes together: {@link #dotEncodedRows}' runs start at multiples of it} */
+    /**
+     * {@return how many rows the kernels compute together: the runs of {@link #dotEncodedRows} and {@link #dotRows}
+     * start at multiples of it and hold whole multiples of it}
+     */
     int rowGroup();
 
     /** {@return bytes the copy takes} */

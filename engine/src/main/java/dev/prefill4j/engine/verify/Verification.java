@@ -41,7 +41,7 @@ public record Verification(boolean passed, double maxDiff, double tolerance, int
     public static Verification run(Engine engine, LlamaModel model, SessionOptions options, int tokens) {
         int[] ids = new SplittableRandom(7).ints(tokens, 3, model.config().vocab()).toArray();
         // The first half as a prompt, the rest one token at a time: decode steps take their own kernels (one activation
-        // row; with quantized activations the formats' packed copies, PackedMatrix), and they are checked too.
+        // row; where a format packs its matrices for them, the packed copies, PackedMatrix), and they are checked too.
         int prompt = prompted(tokens);
         int vocab = model.config().vocab();
         float[] got = new float[tokens * vocab];
