@@ -41,7 +41,7 @@ import picocli.CommandLine.Option;
                 + "-r repetitions; prints mean, standard deviation and median, achieved GFLOP/s against this "
                 + "machine's measured FP32 FMA peak, bytes read per decoded token against measured read bandwidth, "
                 + "peak resident memory, and whether the configuration matches the scalar FP64 reference on a short "
-                + "prompt.",
+                + "prompt (its first half prefilled, the rest decoded a token at a time).",
                 "Without -m it benchmarks a synthetic model the engine generates in memory: by default the "
                 + "Llama-3.2-1B geometry in Q4_0 (--synthetic llama-1b --type q4_0; about 20 s to generate)."})
 final class BenchCommand implements Callable<Integer> {
@@ -70,7 +70,8 @@ final class BenchCommand implements Callable<Integer> {
     int reps;
 
     @Option(names = "--verify-tokens", paramLabel = "N", defaultValue = "7",
-            description = "Prompt length of the FP64 reference check; 0 skips it (label NOT VERIFIED) (default: ${DEFAULT-VALUE}).")
+            description = "Tokens of the FP64 reference check, half prefilled and half decoded; 0 skips it (label NOT "
+                    + "VERIFIED) (default: ${DEFAULT-VALUE}).")
     int verifyTokens;
 
     @Option(names = "--context", paramLabel = "N", defaultValue = "0",
