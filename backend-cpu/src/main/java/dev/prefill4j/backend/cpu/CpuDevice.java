@@ -477,9 +477,7 @@ final class CpuDevice implements ComputeDevice {
             }
             byte[] prepared = packedPrepared;
             p.prepareActivations(act, 0, prepared);
-            // Runs of an even number of groups: kernels may take two groups a step (TernaryTable does).
-            int pair = 2 * p.rowGroup();
-            int run = Math.max(1, rowsRun(n, rowBytes) / pair) * pair;
+            int run = packedRun(p);
             parallelFor((n + run - 1) / run, t -> p.dotEncodedRows(t * run, Math.min(run, n - t * run), prepared, out,
                     t * run));
             return;
@@ -1185,14 +1183,22 @@ final class CpuDevice implements ComputeDevice {
 
     /**
      * Runs {@code w}'s packed float32 product over all its rows into {@code out}, with activations {@link
-     * PackedMatrix#prepareFloats} wrote to {@code prepared}: tasks of an even number of row groups, about as many
-     * bytes as {@link #rowsRun} gives the file's layout.
+     * PackedMatrix#prepareFloats} wrote to {@code prepared}, in tasks of {@link #packedRun} rows.
      */
     private void packedDotRows(PackedMatrix p, float[] prepared, float[] out) {
         int n = p.source().rows();
-        int pair = 2 * p.rowGroup();
-        int run = Math.max(1, rowsRun(n, p.source().rowBytes()) / pair) * pair;
+        int run = packedRun(p);
         parallelFor((n + run - 1) / run, t -> p.dotRows(t * run, Math.min(run, n - t * run), prepared, out, t * run));
+    }
+
+    /**
+     * {@return the rows a task of a packed product takes}: about as many bytes as {@link #rowsRun} gives the file's
+     * layout, in an even number of row groups (kernels may take two groups a step: {@code TernaryTable}'s integer one
+     * does)
+     */
+    private int packedRun(PackedMatrix p) {
+        int pair = 2 * p.rowGroup();
+        return Math.max(1, rowsRun(p.source().rows(), p.source().rowBytes()) / pair) * pair;
     }
 
     @Override
