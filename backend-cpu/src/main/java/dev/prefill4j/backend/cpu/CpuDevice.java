@@ -98,8 +98,9 @@ final class CpuDevice implements ComputeDevice {
     /**
      * Whether one-row products (decode steps: {@link #matmul}, {@link #matmulSwiGLU} and {@link #matmulEncoded} of one
      * activation row) read a copy of the matrix its format laid out for them ({@link Quantizer#packForDecode}) where
-     * it offers one; the copy costs its size in memory. System property {@value #PACKED_PROPERTY} ({@code false}) turns
-     * it off, to save that memory or to compare the two on one machine.
+     * it offers one (or a view of its own bytes that the format checked once: F16); a copy costs its size in memory.
+     * System property {@value #PACKED_PROPERTY} ({@code false}) turns it off, to save that memory or to compare the two
+     * on one machine.
      */
     static final String PACKED_PROPERTY = "dev.prefill4j.cpu.packedDecode";
     static final boolean PACKED = !"false".equals(System.getProperty(PACKED_PROPERTY));
@@ -471,7 +472,7 @@ final class CpuDevice implements ComputeDevice {
         int k = w.cols();
         long rowBytes = w.rowBytes();
         PackedMatrix p = rows == 1 && PACKED ? packed(w) : null;
-        if (p != null) {
+        if (p != null && p.preparedBytes() > 0) {
             if (packedPrepared.length < p.preparedBytes()) {
                 packedPrepared = new byte[p.preparedBytes()];
             }

@@ -9,7 +9,9 @@ import java.lang.foreign.MemorySegment;
  * Quantizer#activationFormat() activation format} or its {@linkplain Quantizer#tokenActivationFormat() per-token one},
  * and, where {@link #preparedFloats()} is not 0, with float32 activations. A format offers one where a layout other
  * than the file's lets its kernel do less work per weight: the ternary formats put {@link #rowGroup()} rows side by
- * side, so that one table lookup serves that many rows at once.
+ * side, so that one table lookup serves that many rows at once. It may also be no copy at all ({@link #byteSize()}
+ * 0) but the source's own bytes with something the format checked once: F16 finds a matrix free of infinities and
+ * NaN, so that its kernel need not look for them in every vector of every product.
  *
  * <p>A product is computed in two steps: {@link #prepareActivations} (or {@link #prepareFloats}) derives what the
  * kernel reads from the activation row, once for all rows, into the caller's buffer, and {@link #dotEncodedRows} (or
@@ -18,7 +20,7 @@ import java.lang.foreign.MemorySegment;
  * necessarily to the bit; the plugin author's test kit compares them with FP64.
  *
  * <p>The copy lives in the arena given to {@link Quantizer#packForDecode}; the source stays valid and is what every
- * other product reads.
+ * other product reads (and what a view reads too, so the source's bytes must not change while it is in use).
  *
  * @since 1.7
  */
@@ -33,7 +35,7 @@ public interface PackedMatrix {
      */
     int rowGroup();
 
-    /** {@return bytes the copy takes} */
+    /** {@return bytes the copy takes; 0 where it is a view of the source's bytes} */
     long byteSize();
 
     /**

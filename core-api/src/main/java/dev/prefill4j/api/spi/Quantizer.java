@@ -284,7 +284,8 @@ public interface Quantizer extends Plugin {
      * {@return a copy of {@code w} (a matrix in this format) laid out for decode steps' products (one activation row),
      * in {@code arena}, or empty where this format has no such layout or {@code w} does not fit it} A device that
      * calls it keeps the copy for the decode steps ({@link PackedMatrix}) and reads {@code w} for everything else, so
-     * the copy adds its size to the process's memory. The default is empty.
+     * the copy adds its {@link PackedMatrix#byteSize()} to the process's memory (0 for a view of {@code w}'s own
+     * bytes). The default is empty.
      *
      * @param w     the matrix, in this format
      * @param arena where the copy is allocated: one that several threads may use (shared or global), since the copy

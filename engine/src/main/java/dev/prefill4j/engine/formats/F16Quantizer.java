@@ -2,8 +2,12 @@ package dev.prefill4j.engine.formats;
 
 import dev.prefill4j.api.ApiVersion;
 import dev.prefill4j.api.spi.Blocks;
+import dev.prefill4j.api.spi.PackedMatrix;
 import dev.prefill4j.api.spi.Quantizer;
+import dev.prefill4j.api.spi.WeightMatrix;
+import java.lang.foreign.Arena;
 import java.lang.foreign.MemorySegment;
+import java.util.Optional;
 import java.util.OptionalInt;
 
 /**
@@ -60,5 +64,19 @@ public final class F16Quantizer implements Quantizer {
     public void dotPreparedRows(MemorySegment src, long offset, long stride, int rows, float[] x, int xOffset,
                                 float[] prepared, int preparedOffset, int count, float[] out, int outIndex) {
         FusedDot.f16Rows(this, src, offset, stride, rows, x, xOffset, count, out, outIndex);
+    }
+
+    /**
+     * {@return the matrix's own rows, checked once for infinities and NaN, for decode steps ({@link FiniteF16Rows}:
+     * nothing is copied, {@code arena} is not used), or empty where a weight is an infinity or a NaN (its rows then
+     * go through {@link #dot}, which finds such values) or vectors are too narrow for the in-place kernel}
+     * The check reads the whole matrix once, at its first decode step.
+     */
+    @Override
+    public Optional<PackedMatrix> packForDecode(WeightMatrix w, Arena arena) {
+        if (!FusedDot.f16InPlace() || !FusedDot.f16AllFinite(w.data().asSlice(0, w.rowBytes() * w.rows()))) {
+            return Optional.empty();
+        }
+        return Optional.of(new FiniteF16Rows(w, this));
     }
 }

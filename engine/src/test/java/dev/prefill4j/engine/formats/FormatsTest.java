@@ -2,9 +2,12 @@ package dev.prefill4j.engine.formats;
 
 import static org.junit.jupiter.api.Assertions.assertArrayEquals;
 import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
+import dev.prefill4j.api.spi.PackedMatrix;
 import dev.prefill4j.api.spi.Quantizer;
+import dev.prefill4j.api.spi.WeightMatrix;
 import dev.prefill4j.api.testkit.QuantizerTestKit;
 import java.lang.foreign.Arena;
 import java.lang.foreign.MemorySegment;
@@ -288,5 +291,69 @@ class FormatsTest {
     @Test
     void f16PassesTheKit() {
         assertEquals(List.of(), QuantizerTestKit.verify(new F16Quantizer(), new QuantizerTestKit.Tolerance(0x1p-11, 1e-5)));
+    }
+
+    /**
+     * F16's decode-step view ({@link FiniteF16Rows}, which leaves out the per-vector infinity check and takes the
+     * activations times 2^112) gives each row the bits of {@link F16Quantizer#dot}: 11 rows (two groups of four and
+     * three alone) of 2,048 + 13 and of 64 elements, weights drawn over every finite half (subnormals, zeros and
+     * +-65504 included), with activations of ordinary size, with subnormal ones, and with one of 2^16 (which cannot be
+     * scaled exactly, so the row goes the file path's way). A run from row 5 gives the same bits. A matrix with an
+     * infinity or a NaN anywhere gets no view, so its rows keep the check.
+     */
+    @Test
+    void finiteF16RowsGiveTheDotsBits() {
+        F16Quantizer f16 = new F16Quantizer();
+        var halves = ValueLayout.JAVA_SHORT_UNALIGNED.withOrder(ByteOrder.LITTLE_ENDIAN);
+        SplittableRandom rnd = new SplittableRandom(29);
+        int rows = 11;
+        for (int n : new int[] {2048 + 13, 64}) {
+            MemorySegment data = Arena.ofAuto().allocate(2L * rows * n);
+            for (int i = 0; i < rows * n; i++) {
+                int h;
+                do {
+                    h = rnd.nextInt(65536);
+                } while ((h & 0x7C00) == 0x7C00);
+                data.set(halves, 2L * i, (short) h);
+            }
+            WeightMatrix w = new WeightMatrix("w", f16, data, rows, n);
+            PackedMatrix view = f16.packForDecode(w, Arena.global()).orElseThrow();
+            assertEquals(0, view.byteSize());
+            for (String kind : new String[] {"ordinary", "subnormal", "unscalable"}) {
+                float[] x = new float[n];
+                for (int i = 0; i < n; i++) {
+                    x[i] = (float) rnd.nextGaussian() * (kind.equals("subnormal") ? 0x1p-130f : 1f);
+                }
+                if (kind.equals("unscalable")) {
+                    x[n / 2] = 0x1p16f;
+                }
+                float[] prepared = new float[view.preparedFloats()];
+                view.prepareFloats(x, 0, prepared);
+                float[] got = new float[rows];
+                view.dotRows(0, rows, prepared, got, 0);
+                float[] part = new float[rows - 5];
+                view.dotRows(5, rows - 5, prepared, part, 0);
+                for (int r = 0; r < rows; r++) {
+                    float expected = f16.dot(data, r * 2L * n, x, 0, n);
+                    assertEquals(Float.floatToRawIntBits(expected), Float.floatToRawIntBits(got[r]),
+                            kind + " activations, " + n + " elements, row " + r + ": " + got[r] + " against " + expected);
+                    if (r >= 5) {
+                        assertEquals(Float.floatToRawIntBits(got[r]), Float.floatToRawIntBits(part[r - 5]),
+                                "row " + r + " in a run from row 5");
+                    }
+                }
+            }
+            for (short special : new short[] {(short) 0x7C00, (short) 0xFC00, (short) 0x7E01}) {
+                short kept = data.get(halves, 2L * (rows * n - 1));
+                data.set(halves, 2L * (rows * n - 1), special); // the last element: the scan's scalar tail for n = 2061
+                assertFalse(f16.packForDecode(w, Arena.global()).isPresent(), "a view over 0x"
+                        + Integer.toHexString(special & 0xFFFF));
+                data.set(halves, 2L * (rows * n - 1), kept);
+                data.set(halves, 2L * 7, special);
+                assertFalse(f16.packForDecode(w, Arena.global()).isPresent(), "a view over 0x"
+                        + Integer.toHexString(special & 0xFFFF) + " in the vector part");
+                data.set(halves, 2L * 7, (short) 0);
+            }
+        }
     }
 }
