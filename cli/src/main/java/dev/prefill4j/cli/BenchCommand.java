@@ -40,8 +40,9 @@ import picocli.CommandLine.Option;
                 + BenchCommand.TG_WARM_UP_TOKENS + " decode steps, so that the JIT has compiled the decode path), then "
                 + "-r repetitions; prints mean, standard deviation and median, achieved GFLOP/s against this "
                 + "machine's measured FP32 FMA peak, bytes read per decoded token against measured read bandwidth, "
-                + "peak resident memory, and whether the configuration matches the scalar FP64 reference on a short "
-                + "prompt (its first half prefilled, the rest decoded a token at a time).",
+                + "peak resident memory (of loading the model and the pp/tg runs, against the model + KV cache + 15%; "
+                + "and with what runs after them), and whether the configuration matches the scalar FP64 reference on "
+                + "a short prompt (its first half prefilled, the rest decoded a token at a time).",
                 "Without -m it benchmarks a synthetic model the engine generates in memory: by default the "
                 + "Llama-3.2-1B geometry in Q4_0 (--synthetic llama-1b --type q4_0; about 20 s to generate)."})
 final class BenchCommand implements Callable<Integer> {
