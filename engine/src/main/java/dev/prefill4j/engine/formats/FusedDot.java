@@ -315,8 +315,9 @@ final class FusedDot {
      * each row gets the bits {@code f16} gives it. Harness (two threads, 512 MiB of rows streamed, three processes,
      * Intel Xeon VM, 2026-12-05): the four-row form read 2,048-element rows at 20.0-23.6 GB/s against 18.5-21.5 for
      * {@link #f16Quad}, 8,192-element rows at 19.5-23.9 against 16.8-20.8; without the check but with the
-     * multiplication, 16.4-21.8 against 18.1-21.2 (a weight times unscaled activations underflows to subnormal
-     * products, which run slowly).
+     * multiplication, 16.4-21.8 against 18.1-21.2; with neither but unscaled activations (wrong results, to see the
+     * cost), 17.3-19.1 against 17.9-20.7: a weight times 2^-112 times an activation falls below float's normal range,
+     * and subnormal results run slowly.
      */
     static void f16RowsScaled(MemorySegment src, long offset, long stride, int rows, float[] xs, int xOffset,
                               int count, float[] out, int outIndex) {
