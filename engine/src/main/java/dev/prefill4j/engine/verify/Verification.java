@@ -83,7 +83,7 @@ public record Verification(boolean passed, double maxDiff, double tolerance, int
     }
 
     /** {@return the largest {@code |got[i] - ref[at + i]|} for {@code i < count}, NaN where a value is NaN} */
-    private static double largestDifference(float[] got, float[] ref, int at, int count) {
+    static double largestDifference(float[] got, float[] ref, int at, int count) {
         double max = 0;
         for (int i = 0; i < count; i++) {
             double d = Math.abs((double) got[i] - ref[at + i]);
