@@ -40,7 +40,7 @@ import picocli.CommandLine.Option;
                 + BenchCommand.TG_WARM_UP_TOKENS + " decode steps, so that the JIT has compiled the decode path), then "
                 + "-r repetitions; prints mean, standard deviation and median, achieved GFLOP/s against this "
                 + "machine's measured FP32 FMA peak, bytes read per decoded token against measured read bandwidth, "
-                + "peak resident memory (of loading the model and the pp/tg runs, against the model + KV cache + 15%; "
+                + "peak resident memory (of loading the model and the pp/tg runs, against the model + KV cache + 15%%; "
                 + "and with what runs after them), and whether the configuration matches the scalar FP64 reference on "
                 + "a short prompt (its first half prefilled, the rest decoded a token at a time).",
                 "Without -m it benchmarks a synthetic model the engine generates in memory: by default the "
