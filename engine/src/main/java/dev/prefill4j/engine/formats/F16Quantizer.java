@@ -77,6 +77,6 @@ public final class F16Quantizer implements Quantizer {
         if (!FusedDot.f16InPlace() || !FusedDot.f16AllFinite(w.data().asSlice(0, w.rowBytes() * w.rows()))) {
             return Optional.empty();
         }
-        return Optional.of(new FiniteF16Rows(w, this));
+        return Optional.of(new FiniteF16Rows(w));
     }
 }

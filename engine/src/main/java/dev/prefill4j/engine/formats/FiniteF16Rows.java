@@ -17,11 +17,10 @@ final class FiniteF16Rows implements PackedMatrix {
     private static final float SCALABLE = 0x1p16f;
 
     private final WeightMatrix source;
-    private final F16Quantizer format;
 
-    FiniteF16Rows(WeightMatrix source, F16Quantizer format) {
+    /** @param source an F16 matrix with no infinity or NaN */
+    FiniteF16Rows(WeightMatrix source) {
         this.source = source;
-        this.format = format;
     }
 
     @Override
@@ -68,7 +67,7 @@ final class FiniteF16Rows implements PackedMatrix {
         if (prepared[k] == 1f) {
             FusedDot.f16RowsScaled(source.data(), firstRow * rowBytes, rowBytes, rows, prepared, 0, k, out, outIndex);
         } else {
-            FusedDot.f16Rows(format, source.data(), firstRow * rowBytes, rowBytes, rows, prepared, 0, k, out,
+            FusedDot.f16Rows(source.format(), source.data(), firstRow * rowBytes, rowBytes, rows, prepared, 0, k, out,
                     outIndex);
         }
     }

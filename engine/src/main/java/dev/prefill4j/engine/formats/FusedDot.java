@@ -367,6 +367,8 @@ final class FusedDot {
     /**
      * {@link #f16Quad} for {@link #f16RowsScaled}: the same rotating sums and lane trees, without the largest
      * magnitudes or the multiplication by 2^112 (the activations carry it), so each row gets {@link #f16}'s bits.
+     * Written out beside {@code f16Quad} rather than sharing its tail through a helper: a helper taking the vectors
+     * was left out of line by C2 there and boxed them (its comments).
      */
     private static void f16QuadScaled(MemorySegment src, long offset, long stride, float[] xs, int xOffset,
                                       int count, float[] out, int outIndex, int outStride) {
