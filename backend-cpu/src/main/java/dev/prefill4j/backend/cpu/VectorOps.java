@@ -315,7 +315,9 @@ final class VectorOps {
      * {@link #transpose8} over the tiles of eight rows of {@code src} (from {@code srcOff}, rows {@code srcStride}
      * apart) from column 0, as far as whole tiles reach within {@code len} columns: column {@code t} becomes {@code
      * dst[dstOff + t * dstStride ..]}, 8 floats. One loop here rather than in the caller, so that the JIT keeps the
-     * permutes' constants in registers across the tiles. {@return the first column not transposed}
+     * permutes' constants in registers across the tiles.
+     *
+     * @return the first column not transposed
      */
     static int transpose8Columns(float[] src, int srcOff, int srcStride, int len, float[] dst, int dstOff,
                                  int dstStride) {

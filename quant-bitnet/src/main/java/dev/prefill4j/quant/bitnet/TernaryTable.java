@@ -110,7 +110,11 @@ final class TernaryTable implements PackedMatrix {
         return clean ? Optional.of(new TernaryTable(w, packed)) : Optional.empty();
     }
 
-    /** Packs group {@code g}; {@return false if a trit's code is 3} */
+    /**
+     * Packs group {@code g}.
+     *
+     * @return false if a trit's code is 3
+     */
     private static boolean packGroup(TernaryQuantizer format, WeightMatrix w, int g, int blocks, MemorySegment packed) {
         int bytes = format.blockBytes();
         byte[] staged = new byte[bytes + 8];
