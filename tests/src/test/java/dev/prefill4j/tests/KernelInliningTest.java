@@ -47,20 +47,25 @@ class KernelInliningTest {
 
     private static synchronized Cli.Result workout() throws Exception {
         if (workout == null) {
-            List<String> formats = PluginRegistry.builder().properties(java.util.Map.of()).build().quantizers().keySet()
-                    .stream().sorted().toList();
-            assertTrue(formats.containsAll(List.of("f16", "q8_0", "q4_0", "q4_k", "q6_k", "tq1_0", "tq2_0")),
-                    formats.toString());
-            String classPath = System.getProperty("surefire.test.class.path", System.getProperty("java.class.path"));
-            List<String> cmd = new ArrayList<>(List.of(Path.of(System.getProperty("java.home"), "bin", "java")
-                    .toString(), "--add-modules", "jdk.incubator.vector", "-XX:+UnlockDiagnosticVMOptions",
-                    "-XX:+PrintInlining", "-cp", classPath, KernelWorkout.class.getName(), "3000"));
-            cmd.addAll(formats);
-            Cli.Result r = Cli.exec(cmd);
-            assertEquals(0, r.exit(), () -> r.err() + r.out().lines().filter(l -> l.contains("Exception")).toList());
-            workout = r;
+            workout = runWorkout();
         }
         return workout;
+    }
+
+    /** Runs {@link KernelWorkout} over every registered format in a new child JVM. */
+    private static Cli.Result runWorkout() throws Exception {
+        List<String> formats = PluginRegistry.builder().properties(java.util.Map.of()).build().quantizers().keySet()
+                .stream().sorted().toList();
+        assertTrue(formats.containsAll(List.of("f16", "q8_0", "q4_0", "q4_k", "q6_k", "tq1_0", "tq2_0")),
+                formats.toString());
+        String classPath = System.getProperty("surefire.test.class.path", System.getProperty("java.class.path"));
+        List<String> cmd = new ArrayList<>(List.of(Path.of(System.getProperty("java.home"), "bin", "java")
+                .toString(), "--add-modules", "jdk.incubator.vector", "-XX:+UnlockDiagnosticVMOptions",
+                "-XX:+PrintInlining", "-cp", classPath, KernelWorkout.class.getName(), "3000"));
+        cmd.addAll(formats);
+        Cli.Result r = Cli.exec(cmd);
+        assertEquals(0, r.exit(), () -> r.err() + r.out().lines().filter(l -> l.contains("Exception")).toList());
+        return r;
     }
 
     /**
@@ -73,11 +78,27 @@ class KernelInliningTest {
      * 0 for every format, and run with {@code -XX:TieredStopAtLevel=1} (C1, which boxes every vector) 9.7-43 MB a call
      * for Q4_K and Q6_K. It takes the quietest of up to eight windows of calls: with one window, F32 at 8,192 elements
      * once allocated 55,296 bytes a call (in one of nine runs), and with three, Q4_K at 8,192 28.6 MB in one of eleven
-     * (C1's code in every window: its pair kernel's C2 compilation not yet in place).
+     * (C1's code in every window: its pair kernel's C2 compilation not yet in place). Where a format and row length
+     * allocate, the workout runs again in a new process and the test fails only if the same one allocates there too:
+     * on the Intel Xeon VM of 2026-12-06 Q4_K at 2,048 elements allocated 108,864 bytes a call (C2's code keeping
+     * boxed vectors, no call of ours refused) in one of two full CI runs of unchanged code and in none of thirteen
+     * workouts run alone; a kernel that boxes in every process still fails here.
      */
     @Test
     void compiledDecodeProductsBoxNoVectors() throws Exception {
-        Cli.Result r = workout();
+        List<String> allocating = allocating(workout());
+        if (!allocating.isEmpty()) {
+            // A second process: see the Javadoc. Only what allocates in both counts.
+            List<String> again = allocating(runWorkout());
+            List<String> first = allocating;
+            allocating = again.stream().filter(a -> first.stream().anyMatch(b -> key(a).equals(key(b)))).toList();
+            assertTrue(allocating.isEmpty(), "decode products that allocate once compiled (boxed vectors?), in two "
+                    + "processes: " + first + " and " + again);
+        }
+    }
+
+    /** {@return the decode products of {@code r} over {@link #ALLOWED_BYTES_PER_CALL}, as "format at n elements: ..."} */
+    private static List<String> allocating(Cli.Result r) {
         Matcher m = ALLOCATED.matcher(r.out());
         List<String> allocating = new ArrayList<>();
         int seen = 0;
@@ -88,7 +109,12 @@ class KernelInliningTest {
             }
         }
         assertTrue(seen >= 14, "expected an allocation line per format and row length, saw " + seen);
-        assertTrue(allocating.isEmpty(), "decode products that allocate once compiled (boxed vectors?): " + allocating);
+        return allocating;
+    }
+
+    /** {@return "format at n elements" of an {@link #allocating} entry} */
+    private static String key(String entry) {
+        return entry.substring(0, entry.indexOf(':'));
     }
 
     /** {@code allocated <format> <elements> <bytes>}, printed by {@link KernelWorkout}. */
