@@ -97,7 +97,10 @@ class KernelInliningTest {
         }
     }
 
-    /** {@return the decode products of {@code r} over {@link #ALLOWED_BYTES_PER_CALL}, as "format at n elements: ..."} */
+    /**
+     * {@return the decode products of {@code r} that allocate over {@link #ALLOWED_BYTES_PER_CALL} a call, as "format
+     * at n elements: ..."}
+     */
     private static List<String> allocating(Cli.Result r) {
         Matcher m = ALLOCATED.matcher(r.out());
         List<String> allocating = new ArrayList<>();

@@ -72,8 +72,8 @@ public record Verification(boolean passed, double maxDiff, double tolerance, int
     }
 
     /**
-     * {@return e.g. {@code "VERIFIED against the FP64 reference: max |Δlogit| 2.1e-06 <= 1.2e-03 (7 tokens: 4 prefilled, 3
-     * decoded)"}}
+     * {@return e.g. {@code "VERIFIED against the FP64 reference: max |Δlogit| 2.1e-06 <= 1.2e-03 (7 tokens: 4
+     * prefilled, 3 decoded)"}}
      */
     public String label() {
         int prompt = prompted(tokens);
