@@ -19,18 +19,24 @@ import java.util.SplittableRandom;
  * activations encoded in its activation format ({@code --activations quantized}); then the default backend's
  * products over those rows (decode's fused dots, prefill's GEMM, the fused gate/up pair), RMSNorm and RoPE.
  *
- * <p>After each format's and row length's workout it prints {@code allocated <format> <elements> <bytes>}: what
- * this thread allocated per further {@code dotPreparedRows} call over the 64 rows and {@code dotPrepared} of one, in
- * the quietest of up to {@link #MEASURED_WINDOWS} windows of {@link #MEASURED_CALLS} calls (the first that allocated
- * nothing ends them).
+ * <p>After each format's and row length's workout it prints {@code allocated <format> <elements> <bytes> windows
+ * <count>}: what this thread allocated per further {@code dotPreparedRows} call over the 64 rows and {@code
+ * dotPrepared} of one, in the quietest of the windows of {@link #MEASURED_CALLS} calls measured. Windows follow one
+ * another until one allocates nothing or {@link #MEASURED_NANOS} have passed: a window in which a kernel still runs
+ * C1's code (which boxes every vector) allocates, and how long C2's compilations take to arrive depends on how busy
+ * its queue is (a count of windows would end too early on a loaded machine), while a kernel whose C2 code boxes a
+ * vector allocates in every window until the deadline.
  *
  * <p>Arguments: iterations at 2,048 elements (a quarter as many at 8,192), then format ids.
  */
 final class KernelWorkout {
     /** Calls (64 rows' {@code dotPreparedRows} and one {@code dotPrepared}) a window whose allocation is measured. */
     static final int MEASURED_CALLS = 200;
-    /** Windows measured per format and row length, at most; the one that allocated least is printed. */
-    static final int MEASURED_WINDOWS = 8;
+    /**
+     * How long windows are measured per format and row length at most, while none has allocated nothing: 20 s, where
+     * the workout takes about 17 s in all and C2's compilations arrive within milliseconds to a fraction of a second.
+     */
+    static final long MEASURED_NANOS = 20_000_000_000L;
     private static final com.sun.management.ThreadMXBean THREADS =
             (com.sun.management.ThreadMXBean) java.lang.management.ManagementFactory.getThreadMXBean();
 
@@ -85,11 +91,13 @@ final class KernelWorkout {
                     }
                 }
                 // Once compiled, the decode product allocates nothing: a vector C2 left boxed shows up here, in
-                // every window. The quietest of several windows is printed (the first that allocated nothing ends
-                // them), so that a window in which a method still ran in C1's code (a recompilation after a trap, or
-                // a compilation still queued) does not count.
+                // every window. Windows go on until one allocates nothing or the deadline passes, so that windows in
+                // which a method still runs C1's code (a recompilation after a trap, or a compilation still queued)
+                // do not count; the quietest is printed.
                 long least = Long.MAX_VALUE;
-                for (int window = 0; window < MEASURED_WINDOWS && least > 0; window++) {
+                int windows = 0;
+                for (long deadline = System.nanoTime() + MEASURED_NANOS; least > 0
+                        && (windows == 0 || System.nanoTime() - deadline < 0); windows++) {
                     long before = THREADS.getCurrentThreadAllocatedBytes();
                     for (int c = 0; c < MEASURED_CALLS; c++) {
                         q.dotPreparedRows(data, 0, rowBytes, rows, x, 0, prepared, 0, k, out, 0);
@@ -97,7 +105,7 @@ final class KernelWorkout {
                     }
                     least = Math.min(least, THREADS.getCurrentThreadAllocatedBytes() - before);
                 }
-                System.out.println("allocated " + id + " " + k + " " + least / MEASURED_CALLS);
+                System.out.println("allocated " + id + " " + k + " " + least / MEASURED_CALLS + " windows " + windows);
                 sink += device(registry, new WeightMatrix("w", q, data, rows, k), iterations / 50);
             }
         }
