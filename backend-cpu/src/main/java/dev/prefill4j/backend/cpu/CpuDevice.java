@@ -272,7 +272,7 @@ final class CpuDevice implements ComputeDevice {
 
     /** Whether {@link #readyExactKernels} has run on this device. */
     private final AtomicBoolean exactKernelsReady = new AtomicBoolean();
-    /** Short calls of each exact kernel {@link #readyExactKernels} makes, half of them continuing sums. */
+    /** Short calls of each kernel {@link #readyExactKernels} and {@link #readyPanelKernels} make, half continuing sums. */
     private static final int EXACT_WARM_UP_CALLS = 2000;
 
     /**
@@ -293,6 +293,40 @@ final class CpuDevice implements ComputeDevice {
         for (int i = 0; i < EXACT_WARM_UP_CALLS; i++) {
             VectorOps.kernel6x4Exact(wt, 0, k, x, 0, k, acc, 0, EXACT_PANEL, (i & 1) == 1);
             VectorOps.kernel1x4Exact(wt, 0, k, x, 0, acc, 0, (i & 1) == 1);
+        }
+    }
+
+    /** Whether {@link #readyPanelKernels} has run on this device. */
+    private final AtomicBoolean panelKernelsReady = new AtomicBoolean();
+
+    /**
+     * {@link #readyExactKernels} for the float micro-kernels {@link #panelProduct} runs ({@link VectorOps#kernel6x4}
+     * and {@link VectorOps#kernel1x4}, or with 8 lanes {@link VectorOps#kernel4x2} and {@link VectorOps#kernel1x2}),
+     * at the first panel of a prompt. Left to the prompt's own calls, C2 compiled them from a profile in which only
+     * the first K slice (which starts from zero) had run; the down projection's second slice then hit the untaken arm
+     * of {@code add} ({@code -Xlog:deoptimization}: {@code unstable_if}), and both were compiled again in every process,
+     * {@code kernel6x4} with 21-35 MB of compiler arena, with the whole of a synthetic model resident (2026-12-06).
+     * Choosing the start without a branch (a loaded accumulator masked to zero) put {@code kernel6x4} past C2's node
+     * count for inlining, and its vectors were boxed: 50 times slower ({@code KernelInliningTest} caught it).
+     */
+    private static void readyPanelKernels() {
+        int k = 16;
+        int panel = PANEL;
+        float[] wt = new float[k * panel];
+        float[] x = new float[6 * k];
+        for (int i = 0; i < x.length; i++) {
+            x[i] = i;
+        }
+        float[] out = new float[6 * panel];
+        for (int i = 0; i < EXACT_WARM_UP_CALLS; i++) {
+            boolean add = (i & 1) == 1;
+            if (panel == 4 * VectorOps.FLOATS.length()) {
+                VectorOps.kernel6x4(wt, 0, k, x, 0, out, 0, panel, add);
+                VectorOps.kernel1x4(wt, 0, k, x, 0, out, 0, add);
+            } else {
+                VectorOps.kernel4x2(wt, 0, k, x, 0, k, out, 0, panel, add);
+                VectorOps.kernel1x2(wt, 0, k, x, 0, out, 0, add);
+            }
         }
     }
 
@@ -661,6 +695,9 @@ final class CpuDevice implements ComputeDevice {
      */
     private void panelProduct(WeightMatrix w, PanelPlan plan, float[] x, boolean packed, int xStride, int rows, int o0,
             float[] out, int oo, int outStride, int kFrom, int kTo) {
+        if (!panelKernelsReady.get() && panelKernelsReady.compareAndSet(false, true)) {
+            readyPanelKernels();
+        }
         long rowBytes = w.rowBytes();
         int panel = plan.panel();
         int lanes = VectorOps.FLOATS.length();
