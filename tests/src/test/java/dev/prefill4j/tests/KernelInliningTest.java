@@ -74,8 +74,8 @@ class KernelInliningTest {
      * for Q4_K and Q6_K.
      *
      * <p>It takes the quietest of windows of calls measured until one allocates nothing, for up to {@link
-     * KernelWorkout#MEASURED_NANOS}: a window in which C1's code still runs allocates, and fixed counts of windows
-     * ended too early. With one window F32 at 8,192 elements once allocated 55,296 bytes a call (one run of nine);
+     * KernelWorkout#MEASURED_NANOS} (and {@link KernelWorkout#WAIT_BUDGET_NANOS} for the whole workout): a window in
+     * which C1's code still runs allocates, and fixed counts of windows ended too early. With one window F32 at 8,192 elements once allocated 55,296 bytes a call (one run of nine);
      * with three, Q4_K at 8,192 28.6 MB (one of eleven); with eight, Q4_K at 2,048 108,864 bytes in three of nine full
      * CI runs (in one of them in a second process too). That was C1's code, not a boxing C2 compilation: with {@code
      * -XX:+StressIncrementalInlining -XX:+StressIGVN} (C2's own stress modes, which slow its queue) a harness outside
