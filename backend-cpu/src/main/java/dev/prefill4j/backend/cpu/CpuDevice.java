@@ -285,15 +285,21 @@ final class CpuDevice implements ComputeDevice {
     private static void readyExactKernels() {
         int k = 16;
         double[] wt = new double[k * EXACT_PANEL];
-        float[] x = new float[6 * k];
-        for (int i = 0; i < x.length; i++) {
-            x[i] = i;
-        }
+        float[] x = warmUpRows(k);
         double[] acc = new double[6 * EXACT_PANEL];
         for (int i = 0; i < EXACT_WARM_UP_CALLS; i++) {
             VectorOps.kernel6x4Exact(wt, 0, k, x, 0, k, acc, 0, EXACT_PANEL, (i & 1) == 1);
             VectorOps.kernel1x4Exact(wt, 0, k, x, 0, acc, 0, (i & 1) == 1);
         }
+    }
+
+    /** {@return six activation rows of {@code k} distinct values, for the warm-up calls} */
+    private static float[] warmUpRows(int k) {
+        float[] x = new float[6 * k];
+        for (int i = 0; i < x.length; i++) {
+            x[i] = i;
+        }
+        return x;
     }
 
     /** Whether {@link #readyPanelKernels} has run on this device. */
@@ -313,10 +319,7 @@ final class CpuDevice implements ComputeDevice {
         int k = 16;
         int panel = PANEL;
         float[] wt = new float[k * panel];
-        float[] x = new float[6 * k];
-        for (int i = 0; i < x.length; i++) {
-            x[i] = i;
-        }
+        float[] x = warmUpRows(k);
         float[] out = new float[6 * panel];
         for (int i = 0; i < EXACT_WARM_UP_CALLS; i++) {
             boolean add = (i & 1) == 1;
