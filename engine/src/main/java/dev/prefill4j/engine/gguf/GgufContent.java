@@ -91,15 +91,22 @@ public interface GgufContent {
     }
 
     /**
-     * {@return the elements of the string array {@code key}; unmodifiable} The strings {@link #requireArray} holds;
-     * a {@link GgufFile} decodes each from its mapping when it is asked for, so that a vocabulary (128,256 pieces for
-     * Llama 3) is not kept on the heap as Strings for as long as the file is open.
+     * {@return the elements of the string array {@code key}; unmodifiable} The strings {@link #requireArray} holds,
+     * or, where the metadata is {@link DeferredMetadata}, a list that makes each String when it is asked for: a
+     * {@link GgufFile} decodes it from its mapping, a synthetic model computes it, so that a vocabulary (128,256
+     * pieces for Llama 3) is not kept on the heap as Strings for as long as the model is loaded.
      *
      * @param key key
      * @throws PrefillException if missing or not an array of strings
      * @since 0.1
      */
     default List<String> requireStrings(String key) {
+        if (metadata() instanceof DeferredMetadata deferred) {
+            Optional<List<String>> elements = deferred.strings(key);
+            if (elements.isPresent()) {
+                return Collections.unmodifiableList(elements.get());
+            }
+        }
         if (!(requireArray(key).values() instanceof String[] strings)) {
             throw fail("key '" + key + "' must be an array of strings");
         }

@@ -14,12 +14,9 @@ import java.nio.charset.StandardCharsets;
 import java.nio.file.Path;
 import java.nio.file.StandardOpenOption;
 import java.util.AbstractList;
-import java.util.AbstractMap;
-import java.util.AbstractSet;
 import java.util.ArrayList;
 import java.util.Collections;
 import java.util.HashSet;
-import java.util.Iterator;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
@@ -27,6 +24,7 @@ import java.util.Objects;
 import java.util.Optional;
 import java.util.RandomAccess;
 import java.util.Set;
+import java.util.function.Supplier;
 
 /**
  * A GGUF file (v2 or v3), memory-mapped read-only. Tensor data are slices of the mapping, never copied.
@@ -59,9 +57,8 @@ public final class GgufFile implements GgufContent, AutoCloseable {
     private final long dataStart;
     /** The mapping's bytes before the data section: the header, metadata and tensor infos. */
     private final MemorySegment header;
-    /** Values: a {@link GgufValue}, or a {@link StringArray} for a top-level string array. */
-    private final Map<String, Object> raw;
-    private final Map<String, GgufValue> metadata = new MetadataView();
+    /** Top-level string arrays deferred to their {@link StringArray}s in the mapping. */
+    private final DeferredMetadata metadata;
     private final List<GgufTensor> tensors;
     private final Map<String, GgufTensor> byName;
 
@@ -73,7 +70,7 @@ public final class GgufFile implements GgufContent, AutoCloseable {
         this.alignment = alignment;
         this.dataStart = dataStart;
         this.header = header;
-        this.raw = raw;
+        this.metadata = new DeferredMetadata(raw);
         this.tensors = List.copyOf(tensors);
         Map<String, GgufTensor> names = new LinkedHashMap<>();
         tensors.forEach(t -> names.put(t.name(), t));
@@ -251,12 +248,6 @@ public final class GgufFile implements GgufContent, AutoCloseable {
         return metadata;
     }
 
-    /** {@inheritDoc} A view that decodes each element from the mapping when it is asked for: while the file is open. */
-    @Override
-    public List<String> requireStrings(String key) {
-        return raw.get(key) instanceof StringArray a ? a.list() : GgufContent.super.requireStrings(key);
-    }
-
     @Override
     public List<GgufTensor> tensors() {
         return tensors;
@@ -377,7 +368,7 @@ public final class GgufFile implements GgufContent, AutoCloseable {
                 for (int i = 0; i < count; i++) {
                     string("element " + i + " of '" + key + "'"); // checked (length, UTF-8), then dropped
                 }
-                return new StringArray(seg, start, (int) count);
+                return (Supplier<List<String>>) new StringArray(seg, start, (int) count)::list;
             }
             pos = at;
             return value(key, 0);
@@ -493,16 +484,6 @@ public final class GgufFile implements GgufContent, AutoCloseable {
             return new Elements();
         }
 
-        String[] toArray() {
-            String[] a = new String[count];
-            long at = start;
-            for (int i = 0; i < count; i++) {
-                a[i] = decode(at);
-                at += 8 + seg.get(Cursor.I64, at);
-            }
-            return a;
-        }
-
         private String decode(long at) {
             long len = seg.get(Cursor.I64, at);
             return new String(seg.asSlice(at + 8, len).toArray(ValueLayout.JAVA_BYTE), StandardCharsets.UTF_8);
@@ -530,56 +511,6 @@ public final class GgufFile implements GgufContent, AutoCloseable {
             public int size() {
                 return count;
             }
-        }
-    }
-
-    /** {@link #raw} with each {@link StringArray} decoded into a {@code String[]} value when it is looked up. */
-    private final class MetadataView extends AbstractMap<String, GgufValue> {
-        private static GgufValue resolve(Object v) {
-            return v instanceof StringArray a ? GgufValue.array(ValueType.STRING, a.toArray()) : (GgufValue) v;
-        }
-
-        @Override
-        public GgufValue get(Object key) {
-            Object v = raw.get(key);
-            return v == null ? null : resolve(v);
-        }
-
-        @Override
-        public boolean containsKey(Object key) {
-            return raw.containsKey(key);
-        }
-
-        @Override
-        public int size() {
-            return raw.size();
-        }
-
-        @Override
-        public Set<Entry<String, GgufValue>> entrySet() {
-            return new AbstractSet<>() {
-                @Override
-                public Iterator<Entry<String, GgufValue>> iterator() {
-                    Iterator<Entry<String, Object>> it = raw.entrySet().iterator();
-                    return new Iterator<>() {
-                        @Override
-                        public boolean hasNext() {
-                            return it.hasNext();
-                        }
-
-                        @Override
-                        public Entry<String, GgufValue> next() {
-                            Entry<String, Object> e = it.next();
-                            return Map.entry(e.getKey(), resolve(e.getValue()));
-                        }
-                    };
-                }
-
-                @Override
-                public int size() {
-                    return raw.size();
-                }
-            };
         }
     }
 }

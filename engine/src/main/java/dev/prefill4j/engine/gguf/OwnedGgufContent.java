@@ -22,13 +22,14 @@ public abstract class OwnedGgufContent implements GgufContent, AutoCloseable {
     /**
      * @param source   where the content comes from, for messages
      * @param arena    owns the tensors' memory; closed by {@link #close()}
-     * @param metadata typed metadata in order (copied into an unmodifiable view)
+     * @param metadata typed metadata in order (copied into an unmodifiable view; {@link DeferredMetadata}, which is
+     *                 unmodifiable, kept as it is)
      * @param tensors  the tensors in order (copied)
      */
     protected OwnedGgufContent(String source, Arena arena, Map<String, GgufValue> metadata, List<GgufTensor> tensors) {
         this.source = source;
         this.arena = arena;
-        this.metadata = Collections.unmodifiableMap(metadata);
+        this.metadata = metadata instanceof DeferredMetadata ? metadata : Collections.unmodifiableMap(metadata);
         this.tensors = List.copyOf(tensors);
     }
 

@@ -3,6 +3,7 @@ package dev.prefill4j.engine.model;
 import dev.prefill4j.api.Api;
 import dev.prefill4j.api.spi.Quantizer;
 import dev.prefill4j.api.PrefillException;
+import dev.prefill4j.engine.gguf.DeferredMetadata;
 import dev.prefill4j.engine.gguf.GgmlType;
 import dev.prefill4j.engine.gguf.GgufTensor;
 import dev.prefill4j.engine.gguf.GgufValue;
@@ -10,14 +11,18 @@ import dev.prefill4j.engine.gguf.OwnedGgufContent;
 import dev.prefill4j.engine.gguf.ValueType;
 import java.lang.foreign.Arena;
 import java.lang.foreign.MemorySegment;
+import java.util.AbstractList;
 import java.util.ArrayList;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Locale;
 import java.util.Map;
+import java.util.Objects;
+import java.util.RandomAccess;
 import java.util.SplittableRandom;
 import java.util.concurrent.atomic.AtomicLong;
 import java.util.function.DoubleConsumer;
+import java.util.function.Supplier;
 import java.util.stream.IntStream;
 
 /**
@@ -108,7 +113,7 @@ public final class SyntheticLlama extends OwnedGgufContent {
         GgmlType wtype = GgmlType.byId(format.ggufType().orElseThrow(() -> new PrefillException(
                 PrefillException.Code.ARGUMENT, "format '" + format.id() + "' has no GGUF type"))).orElseThrow();
         GgmlType ftype = GgmlType.byId(0).orElseThrow();
-        Map<String, GgufValue> md = new LinkedHashMap<>();
+        Map<String, Object> md = new LinkedHashMap<>();
         md.put("general.architecture", GgufValue.string("llama"));
         md.put("general.name", GgufValue.string("prefill4j synthetic " + shape.cliName() + " seed " + seed));
         md.put("general.alignment", GgufValue.u32(32));
@@ -187,8 +192,8 @@ public final class SyntheticLlama extends OwnedGgufContent {
             if (progress != null) {
                 progress.accept(1.0);
             }
-            return new SyntheticLlama("synthetic " + shape.cliName() + " " + format.id() + " seed " + seed, arena, md,
-                    tensors);
+            return new SyntheticLlama("synthetic " + shape.cliName() + " " + format.id() + " seed " + seed, arena,
+                    new DeferredMetadata(md), tensors);
         } catch (RuntimeException | Error e) {
             arena.close();
             throw e;
@@ -204,68 +209,20 @@ public final class SyntheticLlama extends OwnedGgufContent {
 
     /**
      * A SentencePiece-style vocabulary: specials, 256 byte tokens, then letter pieces ranked by length. The pieces are
-     * distinct by construction (the byte tokens hold {@code <}, which no letter piece does; a piece of the letter
-     * loop spells its index in base 26, one length at a time, with and without the space marker), so no set of them
-     * is kept: 128,256 Strings in a set were promoted out of the young generation and kept about 3 MiB resident
-     * through a run of the default bench.
+     * not stored: {@link Pieces} computes each from its id, so that the model's metadata holds no Strings for them
+     * (128,256 Strings took 6.7 MB of heap through a run of the default bench, and as they were promoted out of the
+     * young generation they stayed resident).
      */
-    static void vocabulary(int size, Map<String, GgufValue> md) {
-        String[] pieces = new String[size];
+    static void vocabulary(int size, Map<String, Object> md) {
         float[] scores = new float[size];
         int[] types = new int[size];
-        pieces[0] = "<unk>";
-        types[0] = 2;
-        pieces[1] = "<s>";
-        types[1] = 3;
-        pieces[2] = "</s>";
-        types[2] = 3;
-        int n = 3;
-        for (int b = 0; b < 256 && n < size; b++, n++) {
-            pieces[n] = String.format("<0x%02X>", b);
-            types[n] = 6;
+        for (int i = 0; i < size; i++) {
+            types[i] = i == 0 ? 2 : i < 3 ? 3 : i < Pieces.FIRST_LETTER_PIECE ? 6 : 1;
+            scores[i] = i < Pieces.FIRST_LETTER_PIECE ? 0 : -(i - Pieces.FIRST_LETTER_PIECE);
         }
-        List<String> alphabet = new ArrayList<>();
-        for (char c = 33; c < 127; c++) {
-            alphabet.add(String.valueOf(c));
-        }
-        // Single characters, then "▁" + character: enough for any ASCII text to encode without byte fallback.
-        List<String> singles = new ArrayList<>();
-        singles.add("\u2581");
-        singles.addAll(alphabet);
-        alphabet.forEach(c -> singles.add("\u2581" + c));
-        int rank = 0;
-        for (String s : singles) {
-            if (n >= size) {
-                break;
-            }
-            pieces[n] = s;
-            scores[n] = -(rank++);
-            types[n] = 1;
-            n++;
-        }
-        // Longer lower-case pieces, shortest first, with and without the space marker.
-        String letters = "etaoinshrdlcumwfgypbvkjxqz";
-        for (int len = 2; n < size; len++) {
-            int combos = (int) Math.min(Integer.MAX_VALUE, Math.pow(letters.length(), len));
-            for (int c = 0; c < combos && n < size; c++) {
-                StringBuilder sb = new StringBuilder();
-                int x = c;
-                for (int k = 0; k < len; k++) {
-                    sb.append(letters.charAt(x % letters.length()));
-                    x /= letters.length();
-                }
-                for (String s : new String[] {"\u2581" + sb, sb.toString()}) {
-                    if (n < size) {
-                        pieces[n] = s;
-                        scores[n] = -(rank++);
-                        types[n] = 1;
-                        n++;
-                    }
-                }
-            }
-        }
+        Supplier<List<String>> pieces = () -> new Pieces(size);
         md.put("tokenizer.ggml.model", GgufValue.string("llama"));
-        md.put("tokenizer.ggml.tokens", GgufValue.array(ValueType.STRING, pieces));
+        md.put("tokenizer.ggml.tokens", pieces);
         md.put("tokenizer.ggml.scores", GgufValue.array(ValueType.FLOAT32, scores));
         md.put("tokenizer.ggml.token_type", GgufValue.array(ValueType.INT32, types));
         md.put("tokenizer.ggml.bos_token_id", GgufValue.u32(1));
@@ -273,5 +230,72 @@ public final class SyntheticLlama extends OwnedGgufContent {
         md.put("tokenizer.ggml.unknown_token_id", GgufValue.u32(0));
         md.put("tokenizer.ggml.add_bos_token", GgufValue.bool(true));
         md.put("tokenizer.ggml.add_eos_token", GgufValue.bool(false));
+    }
+
+    /**
+     * The synthetic vocabulary's pieces, each computed from its id: {@code <unk>}, {@code <s>}, {@code </s>}, the 256
+     * byte tokens {@code <0x00>}..{@code <0xFF>}, {@code U+2581} alone, the 94 printable ASCII characters and each of
+     * them after {@code U+2581} (enough for any ASCII text to encode without byte fallback), then lower-case words of
+     * two letters, three, and so on, the word with index {@code c} spelling {@code c} in base 26 (least significant
+     * letter first, over letters in order of English frequency), each with and then without the space marker. The
+     * pieces are distinct by construction: only byte tokens hold {@code <}, and the words of one length are the
+     * numbers below {@code 26^length}.
+     */
+    private static final class Pieces extends AbstractList<String> implements RandomAccess {
+        /** Id of the first letter piece ({@code U+2581} alone), after the three specials and the 256 byte tokens. */
+        static final int FIRST_LETTER_PIECE = 3 + 256;
+        private static final String LETTERS = "etaoinshrdlcumwfgypbvkjxqz";
+        private static final String HEX = "0123456789ABCDEF";
+        private static final char MARKER = '\u2581';
+        /** Printable ASCII after the space: {@code !} (33) to {@code ~} (126). */
+        private static final int PRINTABLE = 126 - 33 + 1;
+
+        private final int size;
+
+        Pieces(int size) {
+            this.size = size;
+        }
+
+        @Override
+        public int size() {
+            return size;
+        }
+
+        @Override
+        public String get(int id) {
+            Objects.checkIndex(id, size);
+            if (id < 3) {
+                return List.of("<unk>", "<s>", "</s>").get(id);
+            }
+            if (id < FIRST_LETTER_PIECE) {
+                int b = id - 3;
+                return "<0x" + HEX.charAt(b >> 4) + HEX.charAt(b & 15) + ">";
+            }
+            int j = id - FIRST_LETTER_PIECE;
+            if (j == 0) {
+                return String.valueOf(MARKER);
+            }
+            if (j <= PRINTABLE) {
+                return String.valueOf((char) (32 + j));
+            }
+            if (j <= 2 * PRINTABLE) {
+                return MARKER + String.valueOf((char) (32 + j - PRINTABLE));
+            }
+            j -= 2 * PRINTABLE + 1;
+            for (int len = 2; ; len++) {
+                long words = (long) Math.pow(LETTERS.length(), len);
+                if (j < 2 * words) {
+                    StringBuilder sb = new StringBuilder(len + 1);
+                    if ((j & 1) == 0) {
+                        sb.append(MARKER);
+                    }
+                    for (int k = 0, x = j >> 1; k < len; k++, x /= LETTERS.length()) {
+                        sb.append(LETTERS.charAt(x % LETTERS.length()));
+                    }
+                    return sb.toString();
+                }
+                j -= (int) (2 * words);
+            }
+        }
     }
 }

@@ -1,10 +1,15 @@
 package dev.prefill4j.engine.model;
 
+import static org.junit.jupiter.api.Assertions.assertArrayEquals;
 import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
+import dev.prefill4j.engine.gguf.DeferredMetadata;
 import dev.prefill4j.engine.gguf.GgufArray;
-import dev.prefill4j.engine.gguf.GgufValue;
+import dev.prefill4j.engine.gguf.GgufContent;
+import dev.prefill4j.engine.gguf.GgufTensor;
+import java.util.ArrayList;
 import java.util.HashSet;
 import java.util.LinkedHashMap;
 import java.util.List;
@@ -12,26 +17,80 @@ import java.util.Map;
 import java.util.Set;
 import org.junit.jupiter.api.Test;
 
-/** The synthetic models' vocabulary, which the generator does not deduplicate. */
+/** The synthetic models' vocabulary, which the generator computes piece by piece and does not deduplicate. */
 class SyntheticLlamaTest {
     /**
-     * Every piece of both shapes' vocabularies (512 and 128,256 pieces) is distinct and none is missing, and the
-     * specials, the first byte token and the first single-character pieces have the ids the generator gives them: a
-     * repeated piece would leave one of its two ids unreachable by the tokenizer.
+     * Both shapes' vocabularies (512 and 128,256 pieces), as the tokenizer reads them ({@code requireStrings}) and as
+     * a metadata look-up gives them, equal a plain enumeration in the documented order, every piece distinct: a
+     * repeated piece would leave one of its two ids unreachable by the tokenizer, and a piece computed from a wrong id
+     * would change every synthetic model's tokens and its {@code synth} file.
      */
     @Test
-    void vocabularyPiecesAreDistinct() {
+    void vocabularyIsTheDocumentedEnumerationWithDistinctPieces() {
         for (int size : new int[] {512, 128_256}) {
-            Map<String, GgufValue> md = new LinkedHashMap<>();
+            Map<String, Object> md = new LinkedHashMap<>();
             SyntheticLlama.vocabulary(size, md);
-            String[] pieces = (String[]) ((GgufArray) md.get("tokenizer.ggml.tokens").value()).values();
-            assertEquals(size, pieces.length);
+            DeferredMetadata metadata = new DeferredMetadata(md);
+            GgufContent content = new GgufContent() {
+                @Override
+                public String source() {
+                    return "test";
+                }
+
+                @Override
+                public Map<String, dev.prefill4j.engine.gguf.GgufValue> metadata() {
+                    return metadata;
+                }
+
+                @Override
+                public List<GgufTensor> tensors() {
+                    return List.of();
+                }
+            };
+            List<String> pieces = content.requireStrings("tokenizer.ggml.tokens");
+            List<String> expected = enumeration(size);
+            assertEquals(expected, pieces);
+            assertArrayEquals(expected.toArray(new String[0]),
+                    (String[]) ((GgufArray) metadata.get("tokenizer.ggml.tokens").value()).values());
             Set<String> seen = new HashSet<>();
             for (int i = 0; i < size; i++) {
-                assertTrue(pieces[i] != null && seen.add(pieces[i]), "piece " + i + ": " + pieces[i]);
+                assertTrue(seen.add(pieces.get(i)), "piece " + i + ": " + pieces.get(i));
             }
-            assertEquals(List.of("<unk>", "<s>", "</s>", "<0x00>"), List.of(pieces).subList(0, 4));
-            assertEquals(List.of("\u2581", "!"), List.of(pieces).subList(259, 261));
+            assertEquals(List.of("<unk>", "<s>", "</s>", "<0x00>"), pieces.subList(0, 4));
+            assertEquals("<0xFF>", pieces.get(258));
+            assertEquals(List.of("\u2581", "!"), pieces.subList(259, 261));
+            float[] scores = (float[]) ((GgufArray) metadata.get("tokenizer.ggml.scores").value()).values();
+            assertEquals(0f, scores[258]);
+            assertEquals(-(size - 1 - 259), scores[size - 1]);
+            assertThrows(IndexOutOfBoundsException.class, () -> pieces.get(size));
         }
+    }
+
+    /** The vocabulary's pieces written out in order with nested loops, independently of the id arithmetic. */
+    private static List<String> enumeration(int size) {
+        List<String> out = new ArrayList<>(List.of("<unk>", "<s>", "</s>"));
+        for (int b = 0; b < 256; b++) {
+            out.add(String.format("<0x%02X>", b));
+        }
+        out.add("\u2581");
+        for (char c = 33; c < 127; c++) {
+            out.add(String.valueOf(c));
+        }
+        for (char c = 33; c < 127; c++) {
+            out.add("\u2581" + c);
+        }
+        String letters = "etaoinshrdlcumwfgypbvkjxqz";
+        for (int len = 2; out.size() < size; len++) {
+            int combos = (int) Math.pow(letters.length(), len);
+            for (int c = 0; c < combos && out.size() < size; c++) {
+                StringBuilder sb = new StringBuilder();
+                for (int k = 0, x = c; k < len; k++, x /= letters.length()) {
+                    sb.append(letters.charAt(x % letters.length()));
+                }
+                out.add("\u2581" + sb);
+                out.add(sb.toString());
+            }
+        }
+        return out.subList(0, size);
     }
 }
