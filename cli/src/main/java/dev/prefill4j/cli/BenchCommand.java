@@ -128,7 +128,9 @@ final class BenchCommand implements Callable<Integer> {
         long peakRssPpTg;
         long modelBytes;
         long largestKvBytes = 0;
-        try (Engine e = engine.openEngine(); LlamaModel model = engine.loadModel(e)) {
+        // A synthetic model's kernels are readied on one of its layers, for the longest prompt (Engine.readyKernels).
+        try (Engine e = engine.openEngine();
+             LlamaModel model = engine.loadModel(e, Math.max(1, Arrays.stream(prompts).max().orElse(0)))) {
             LlamaConfig c = model.config();
             SessionOptions base = engine.sessionOptions(0);
             String name = model.synthetic() ? model.source() + " (synthetic)" : model.source();

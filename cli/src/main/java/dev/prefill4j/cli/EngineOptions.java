@@ -155,6 +155,18 @@ final class EngineOptions {
     }
 
     LlamaModel loadModel(Engine engine) {
+        return loadModel(engine, 0);
+    }
+
+    /**
+     * {@return the model of {@code -m}, or the synthetic one generated} With {@code readyPrompt} of 1 or more, a
+     * synthetic model's kernels are readied first on one layer of its shape ({@link Engine#readyKernels}), so that
+     * C2's compilations come before the whole model is resident: bench does this, for its peak resident size.
+     *
+     * @param engine      the engine
+     * @param readyPrompt the longest prompt to come, to ready the kernels with; 0 not to ready them
+     */
+    LlamaModel loadModel(Engine engine, int readyPrompt) {
         if (model != null) {
             return engine.load(model, tokenizer);
         }
@@ -162,6 +174,11 @@ final class EngineOptions {
             throw new PrefillException(PrefillException.Code.ARGUMENT, "--tokenizer needs -m with a llama2.c checkpoint");
         }
         SyntheticLlama.Shape shape = SyntheticLlama.Shape.parse(synthetic);
+        if (readyPrompt > 0) {
+            Progress ready = new Progress("readying kernels on one layer of " + shape.cliName() + " " + type);
+            engine.readyKernels(shape, type, sessionOptions(0), readyPrompt, ready);
+            ready.done();
+        }
         Progress progress = new Progress("generating synthetic " + shape.cliName() + " " + type);
         LlamaModel m = engine.synthetic(shape, type, modelSeed, progress);
         progress.done();

@@ -26,6 +26,7 @@ import java.util.ArrayList;
 import java.util.List;
 import java.util.Map;
 import java.util.Set;
+import java.util.SplittableRandom;
 import java.util.concurrent.ConcurrentHashMap;
 import java.util.function.DoubleConsumer;
 
@@ -167,7 +168,11 @@ public final class Engine implements AutoCloseable {
      * @return the model, labelled synthetic
      */
     public LlamaModel synthetic(SyntheticLlama.Shape shape, String formatId, long seed, DoubleConsumer progress) {
-        SyntheticLlama s = generateSynthetic(registry, shape, formatId, seed, progress);
+        return bindGenerated(generateSynthetic(registry, shape, formatId, seed, progress));
+    }
+
+    /** {@return a model bound to generated content, which it closes} @param s the content, closed on failure */
+    private LlamaModel bindGenerated(SyntheticLlama s) {
         try {
             return LlamaModel.bind(s, true, registry, s);
         } catch (RuntimeException e) {
@@ -175,6 +180,71 @@ public final class Engine implements AutoCloseable {
             throw e;
         }
     }
+
+    /**
+     * Readies the kernels that a synthetic model of {@code shape} in {@code formatId} will run, before it is generated:
+     * a model of the shape's first layer with a vocabulary of {@value #READY_VOCABULARY} pieces (40 MiB for llama-1b in
+     * Q4_0, where the whole model is 663 MiB) prefills a prompt and decodes {@value #READY_STEPS} tokens {@value
+     * #READY_PASSES} times in a session of {@code options}, at the chunk the whole model will take, and is closed. That
+     * is enough calls for C2 to compile the prefill, attention and decode kernels while little is resident; each
+     * compilation takes arenas of up to 34 MB for a moment (the GEMM micro-kernel, {@code -XX:CompileCommand=MemStat}),
+     * and made during the whole model's first prompt they set the process's peak. The default {@code bench} run
+     * peaked at 787.1-788.0 MiB without this and at 767.1-772.7 with it (aim 781.0; six runs each, 2026-12-06).
+     * Nothing here changes a result: the kernels are the same code, compiled earlier.
+     *
+     * <p>The activation buffers the readying's session used are left to the next session (as any closed session's
+     * are), so {@code promptTokens} should be the longest prompt that will be prefilled: a later prompt that needs
+     * more rows has buffers made for it, and the smaller ones are garbage the heap keeps resident.
+     *
+     * @param shape        the geometry of the model to come
+     * @param formatId     its weight format id
+     * @param options      the options its sessions will be opened with (the activation mode selects kernels)
+     * @param promptTokens the prompt to prefill, 1 or more (at most a chunk of it is used: a whole 512-token prompt,
+     *                     two chunks, left bench's pp512 peak where one chunk left it)
+     * @param progress     fraction done, or {@code null}
+     * @throws PrefillException if the format is unknown or {@code promptTokens} is less than 1
+     * @since 0.1
+     */
+    public void readyKernels(SyntheticLlama.Shape shape, String formatId, SessionOptions options, int promptTokens,
+                             DoubleConsumer progress) {
+        if (promptTokens < 1) {
+            throw new PrefillException(PrefillException.Code.ARGUMENT, "readying kernels needs a prompt of 1 token "
+                    + "or more, not " + promptTokens);
+        }
+        Quantizer format = quantizer(registry, formatId);
+        Quantizer f32 = quantizer(registry, "f32");
+        long wholeBytes = SyntheticLlama.weightBytes(shape, format, f32);
+        try (LlamaModel model = bindGenerated(SyntheticLlama.generate(shape, 1, READY_VOCABULARY, format, f32, 1,
+                null))) {
+            Map<Quantizer, Quantizer> formats = activationFormats(model, options.activations());
+            int chunk = options.chunkSize() != SessionOptions.ENGINE_CHUNK ? options.chunkSize()
+                    : defaultChunk(model.config(), wholeBytes, formats);
+            int[] prompt = new SplittableRandom(1).ints(Math.min(promptTokens, chunk), 3, READY_VOCABULARY).toArray();
+            try (Session s = newSession(model, options.withContextLength(prompt.length + READY_STEPS)
+                    .withChunkSize(chunk))) {
+                for (int pass = 0; pass < READY_PASSES; pass++) {
+                    s.truncate(0);
+                    s.prefill(prompt, false);
+                    for (int i = 0; i < READY_STEPS; i++) {
+                        s.decode(prompt[i % prompt.length]);
+                    }
+                    if (progress != null) {
+                        progress.accept((pass + 1.0) / READY_PASSES);
+                    }
+                }
+            }
+        }
+    }
+
+    /** The vocabulary of {@link #readyKernels}'s one-layer model. */
+    static final int READY_VOCABULARY = 512;
+    /** The decode steps {@link #readyKernels} runs after each prompt. */
+    static final int READY_STEPS = 16;
+    /**
+     * How often {@link #readyKernels} runs prompt and steps: after one, C2 had not yet compiled the kernels, and the
+     * default bench's peak stayed where it was (787.0 and 786.0 MiB).
+     */
+    static final int READY_PASSES = 3;
 
     /**
      * Generates synthetic content with formats from {@code registry} (used by {@code synth} to write a file).
@@ -188,12 +258,16 @@ public final class Engine implements AutoCloseable {
      */
     public static SyntheticLlama generateSynthetic(PluginRegistry registry, SyntheticLlama.Shape shape, String formatId,
                                                    long seed, DoubleConsumer progress) {
-        Quantizer format = registry.quantizer(formatId).orElseThrow(() -> new PrefillException(
-                PrefillException.Code.ARGUMENT, "no weight format '" + formatId + "'; found "
-                + registry.quantizers().keySet() + " (run 'prefill4j plugins')"));
-        Quantizer f32 = registry.quantizer("f32").orElseThrow(() -> new PrefillException(
-                PrefillException.Code.PLUGIN, "the built-in f32 format is missing; is module dev.prefill4j.engine intact?"));
-        return SyntheticLlama.generate(shape, format, f32, seed, progress);
+        return SyntheticLlama.generate(shape, quantizer(registry, formatId), quantizer(registry, "f32"), seed,
+                progress);
+    }
+
+    private static Quantizer quantizer(PluginRegistry registry, String formatId) {
+        return registry.quantizer(formatId).orElseThrow(() -> formatId.equals("f32")
+                ? new PrefillException(PrefillException.Code.PLUGIN,
+                        "the built-in f32 format is missing; is module dev.prefill4j.engine intact?")
+                : new PrefillException(PrefillException.Code.ARGUMENT, "no weight format '" + formatId + "'; found "
+                        + registry.quantizers().keySet() + " (run 'prefill4j plugins')"));
     }
 
     /**

@@ -1,8 +1,11 @@
 package dev.prefill4j.tests;
 
 import static org.junit.jupiter.api.Assertions.assertArrayEquals;
+import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertNull;
+import static org.junit.jupiter.api.Assertions.assertThrows;
 
+import dev.prefill4j.api.PrefillException;
 import dev.prefill4j.engine.Engine;
 import dev.prefill4j.engine.Session;
 import dev.prefill4j.engine.SessionOptions;
@@ -63,6 +66,30 @@ class WorkspaceReuseTest {
             try (Session s = e.newSession(q8, CHUNK_8.withActivations(SessionOptions.Activations.QUANTIZED))) {
                 assertArrayEquals(expectedQuantized, run(s, b), "quantized activations after float32 ones");
             }
+        }
+    }
+
+    /**
+     * {@link Engine#readyKernels} runs a one-layer part of the shape in a session of its own and leaves that session's
+     * buffers to the engine: a session of the whole model opened after it must compute what a fresh engine's computes,
+     * bit for bit. Its progress ends at 1; a prompt of no tokens and an unknown format are refused.
+     */
+    @Test
+    void readyingKernelsChangesNoResult() {
+        int[] b = prompt(2, 13);
+        float[] expected = fresh("q8_0", CHUNK_8, b);
+        try (Engine e = Engine.builder().threads(2).build()) {
+            java.util.List<Double> progress = new java.util.ArrayList<>();
+            e.readyKernels(SyntheticLlama.Shape.TINY, "q8_0", CHUNK_8, 21, progress::add);
+            assertEquals(1.0, progress.getLast());
+            try (LlamaModel m = e.synthetic(SyntheticLlama.Shape.TINY, "q8_0", 7, null);
+                 Session s = e.newSession(m, CHUNK_8)) {
+                assertArrayEquals(expected, run(s, b), "after readying the kernels");
+            }
+            assertThrows(PrefillException.class,
+                    () -> e.readyKernels(SyntheticLlama.Shape.TINY, "q8_0", CHUNK_8, 0, null));
+            assertThrows(PrefillException.class,
+                    () -> e.readyKernels(SyntheticLlama.Shape.TINY, "no-such-format", CHUNK_8, 8, null));
         }
     }
 

@@ -110,23 +110,49 @@ public final class SyntheticLlama extends OwnedGgufContent {
      */
     public static SyntheticLlama generate(Shape shape, Quantizer format, Quantizer f32, long seed,
                                           DoubleConsumer progress) {
-        GgmlType wtype = GgmlType.byId(format.ggufType().orElseThrow(() -> new PrefillException(
-                PrefillException.Code.ARGUMENT, "format '" + format.id() + "' has no GGUF type"))).orElseThrow();
-        GgmlType ftype = GgmlType.byId(0).orElseThrow();
+        return generate(shape, shape.layers, shape.vocab, format, f32, seed, progress);
+    }
+
+    /**
+     * Generates the first {@code layers} layers of a model of this shape, with a vocabulary of {@code vocab} pieces
+     * (the first pieces of the shape's own): the same matrices in each layer, so that it runs the kernels a model of
+     * the whole shape runs, in a fraction of its memory ({@link dev.prefill4j.engine.Engine#readyKernels}). Its
+     * {@code general.name} and source say which part of the shape it is.
+     *
+     * @param shape    the geometry
+     * @param layers   layers to generate, 1 to the shape's count
+     * @param vocab    vocabulary size, 259 (the specials and the byte tokens) to the shape's
+     * @param format   the format of the weight matrices (norms stay F32); must have a GGUF type
+     * @param f32      the F32 format, for the norms
+     * @param seed     the random seed
+     * @param progress receives the fraction done, 0 to 1, from the generating threads; may be {@code null}
+     * @return the model; close it to free its memory
+     * @throws PrefillException if {@code layers} or {@code vocab} is out of range
+     */
+    public static SyntheticLlama generate(Shape shape, int layers, int vocab, Quantizer format, Quantizer f32,
+                                          long seed, DoubleConsumer progress) {
+        if (layers < 1 || layers > shape.layers || vocab < Pieces.FIRST_LETTER_PIECE || vocab > shape.vocab) {
+            throw new PrefillException(PrefillException.Code.ARGUMENT, "a part of synthetic " + shape.cliName()
+                    + " has 1 to " + shape.layers + " layers and " + Pieces.FIRST_LETTER_PIECE + " to " + shape.vocab
+                    + " pieces; asked for " + layers + " and " + vocab);
+        }
+        boolean whole = layers == shape.layers && vocab == shape.vocab;
+        String part = whole ? "" : " (" + layers + " of " + shape.layers + " layers, vocabulary " + vocab + ")";
+        GgmlType wtype = weightType(format);
         Map<String, Object> md = new LinkedHashMap<>();
         md.put("general.architecture", GgufValue.string("llama"));
-        md.put("general.name", GgufValue.string("prefill4j synthetic " + shape.cliName() + " seed " + seed));
+        md.put("general.name", GgufValue.string("prefill4j synthetic " + shape.cliName() + part + " seed " + seed));
         md.put("general.alignment", GgufValue.u32(32));
         md.put("llama.context_length", GgufValue.u32(shape.context));
         md.put("llama.embedding_length", GgufValue.u32(shape.dim));
-        md.put("llama.block_count", GgufValue.u32(shape.layers));
+        md.put("llama.block_count", GgufValue.u32(layers));
         md.put("llama.feed_forward_length", GgufValue.u32(shape.ffn));
         md.put("llama.attention.head_count", GgufValue.u32(shape.heads));
         md.put("llama.attention.head_count_kv", GgufValue.u32(shape.kvHeads));
         md.put("llama.rope.freq_base", GgufValue.f32(shape.theta));
         md.put("llama.attention.layer_norm_rms_epsilon", GgufValue.f32(1e-5f));
         md.put("llama.rope.dimension_count", GgufValue.u32(shape.dim / shape.heads));
-        md.put("llama.vocab_size", GgufValue.u32(shape.vocab));
+        md.put("llama.vocab_size", GgufValue.u32(vocab));
         // general.file_type: llama.cpp's LLAMA_FTYPE values for the all-F32 and mostly-F16 files.
         if (wtype.id() == 0 || wtype.id() == 1) {
             md.put("general.file_type", GgufValue.u32(wtype.id()));
@@ -134,29 +160,9 @@ public final class SyntheticLlama extends OwnedGgufContent {
         if (wtype.blockSize() > 1) {
             md.put("general.quantization_version", GgufValue.u32(2));
         }
-        vocabulary(shape.vocab, md);
+        vocabulary(vocab, md);
 
-        int hd = shape.dim / shape.heads;
-        record Spec(String name, int cols, int rows, GgmlType type, Quantizer q, boolean gain) {
-        }
-        List<Spec> specs = new ArrayList<>();
-        specs.add(new Spec("token_embd.weight", shape.dim, shape.vocab, wtype, format, false));
-        for (int l = 0; l < shape.layers; l++) {
-            String p = "blk." + l + ".";
-            specs.add(new Spec(p + "attn_norm.weight", shape.dim, 1, ftype, f32, true));
-            specs.add(new Spec(p + "attn_q.weight", shape.dim, shape.heads * hd, wtype, format, false));
-            specs.add(new Spec(p + "attn_k.weight", shape.dim, shape.kvHeads * hd, wtype, format, false));
-            specs.add(new Spec(p + "attn_v.weight", shape.dim, shape.kvHeads * hd, wtype, format, false));
-            specs.add(new Spec(p + "attn_output.weight", shape.heads * hd, shape.dim, wtype, format, false));
-            specs.add(new Spec(p + "ffn_norm.weight", shape.dim, 1, ftype, f32, true));
-            specs.add(new Spec(p + "ffn_gate.weight", shape.dim, shape.ffn, wtype, format, false));
-            specs.add(new Spec(p + "ffn_up.weight", shape.dim, shape.ffn, wtype, format, false));
-            specs.add(new Spec(p + "ffn_down.weight", shape.ffn, shape.dim, wtype, format, false));
-        }
-        specs.add(new Spec("output_norm.weight", shape.dim, 1, ftype, f32, true));
-        if (!shape.tied) {
-            specs.add(new Spec("output.weight", shape.dim, shape.vocab, wtype, format, false));
-        }
+        List<Spec> specs = specs(shape, layers, vocab, wtype, format, f32);
         long totalRows = specs.stream().mapToLong(Spec::rows).sum();
         AtomicLong doneRows = new AtomicLong();
         Arena arena = Arena.ofShared();
@@ -192,12 +198,60 @@ public final class SyntheticLlama extends OwnedGgufContent {
             if (progress != null) {
                 progress.accept(1.0);
             }
-            return new SyntheticLlama("synthetic " + shape.cliName() + " " + format.id() + " seed " + seed, arena,
+            return new SyntheticLlama("synthetic " + shape.cliName() + part + " " + format.id() + " seed " + seed, arena,
                     new DeferredMetadata(md), tensors);
         } catch (RuntimeException | Error e) {
             arena.close();
             throw e;
         }
+    }
+
+    /** A tensor to generate: F32 gains of 1 or uniform random weights. */
+    private record Spec(String name, int cols, int rows, GgmlType type, Quantizer q, boolean gain) {
+    }
+
+    /** The tensors of the first {@code layers} layers of {@code shape}, in file order. */
+    private static List<Spec> specs(Shape shape, int layers, int vocab, GgmlType wtype, Quantizer format,
+                                    Quantizer f32) {
+        GgmlType ftype = GgmlType.byId(0).orElseThrow();
+        int hd = shape.dim / shape.heads;
+        List<Spec> specs = new ArrayList<>();
+        specs.add(new Spec("token_embd.weight", shape.dim, vocab, wtype, format, false));
+        for (int l = 0; l < layers; l++) {
+            String p = "blk." + l + ".";
+            specs.add(new Spec(p + "attn_norm.weight", shape.dim, 1, ftype, f32, true));
+            specs.add(new Spec(p + "attn_q.weight", shape.dim, shape.heads * hd, wtype, format, false));
+            specs.add(new Spec(p + "attn_k.weight", shape.dim, shape.kvHeads * hd, wtype, format, false));
+            specs.add(new Spec(p + "attn_v.weight", shape.dim, shape.kvHeads * hd, wtype, format, false));
+            specs.add(new Spec(p + "attn_output.weight", shape.heads * hd, shape.dim, wtype, format, false));
+            specs.add(new Spec(p + "ffn_norm.weight", shape.dim, 1, ftype, f32, true));
+            specs.add(new Spec(p + "ffn_gate.weight", shape.dim, shape.ffn, wtype, format, false));
+            specs.add(new Spec(p + "ffn_up.weight", shape.dim, shape.ffn, wtype, format, false));
+            specs.add(new Spec(p + "ffn_down.weight", shape.ffn, shape.dim, wtype, format, false));
+        }
+        specs.add(new Spec("output_norm.weight", shape.dim, 1, ftype, f32, true));
+        if (!shape.tied) {
+            specs.add(new Spec("output.weight", shape.dim, vocab, wtype, format, false));
+        }
+        return specs;
+    }
+
+    /**
+     * {@return the bytes of the weights {@link #generate(Shape, Quantizer, Quantizer, long, DoubleConsumer)} makes for
+     * this shape and format, without generating them}
+     *
+     * @param shape  the geometry
+     * @param format the format of the weight matrices; must have a GGUF type
+     * @param f32    the F32 format, for the norms
+     */
+    public static long weightBytes(Shape shape, Quantizer format, Quantizer f32) {
+        return specs(shape, shape.layers, shape.vocab, weightType(format), format, f32).stream()
+                .mapToLong(s -> s.q.byteSize(s.cols) * s.rows).sum();
+    }
+
+    private static GgmlType weightType(Quantizer format) {
+        return GgmlType.byId(format.ggufType().orElseThrow(() -> new PrefillException(
+                PrefillException.Code.ARGUMENT, "format '" + format.id() + "' has no GGUF type"))).orElseThrow();
     }
 
     private static long mix(long seed, int tensor, int row) {

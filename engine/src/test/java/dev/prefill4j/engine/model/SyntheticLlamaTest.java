@@ -5,10 +5,14 @@ import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
+import dev.prefill4j.api.PrefillException;
+import dev.prefill4j.api.spi.Quantizer;
 import dev.prefill4j.engine.gguf.DeferredMetadata;
 import dev.prefill4j.engine.gguf.GgufArray;
 import dev.prefill4j.engine.gguf.GgufContent;
 import dev.prefill4j.engine.gguf.GgufTensor;
+import dev.prefill4j.engine.registry.PluginRegistry;
+import java.lang.foreign.MemorySegment;
 import java.util.ArrayList;
 import java.util.HashSet;
 import java.util.LinkedHashMap;
@@ -92,5 +96,37 @@ class SyntheticLlamaTest {
             }
         }
         return out.subList(0, size);
+    }
+
+    /**
+     * A part of a shape ({@code generate} with fewer layers and a smaller vocabulary, what {@code
+     * Engine.readyKernels} runs) holds the whole model's first layer and first embedding rows byte for byte, says
+     * what it is, and {@code weightBytes} gives the whole model's bytes without generating it.
+     */
+    @Test
+    void aPartHoldsTheWholeModelsFirstLayerAndWeightBytesCountsTheWhole() {
+        PluginRegistry registry = PluginRegistry.load();
+        Quantizer q8 = registry.quantizer("q8_0").orElseThrow();
+        Quantizer f32 = registry.quantizer("f32").orElseThrow();
+        SyntheticLlama.Shape shape = SyntheticLlama.Shape.TINY;
+        try (SyntheticLlama whole = SyntheticLlama.generate(shape, q8, f32, 3, null);
+             SyntheticLlama part = SyntheticLlama.generate(shape, 1, 300, q8, f32, 3, null)) {
+            assertEquals(whole.tensors().stream().mapToLong(t -> t.data().byteSize()).sum(),
+                    SyntheticLlama.weightBytes(shape, q8, f32));
+            assertEquals(1, part.requireLong("llama.block_count"));
+            assertEquals(300, part.requireStrings("tokenizer.ggml.tokens").size());
+            assertTrue(part.requireString("general.name").contains("(1 of 4 layers, vocabulary 300)"),
+                    part.requireString("general.name"));
+            for (GgufTensor t : part.tensors()) {
+                if (!t.name().startsWith("blk.0.") && !t.name().equals("token_embd.weight")) {
+                    continue; // output_norm and output come after the layers: other seeds (indices) in a part
+                }
+                MemorySegment w = whole.tensor(t.name()).orElseThrow().data();
+                assertEquals(-1, w.asSlice(0, t.data().byteSize()).mismatch(t.data()), t.name());
+            }
+            assertEquals(whole.tensors().size() - 3 * 9, part.tensors().size());
+        }
+        assertThrows(PrefillException.class, () -> SyntheticLlama.generate(shape, 5, 512, q8, f32, 3, null));
+        assertThrows(PrefillException.class, () -> SyntheticLlama.generate(shape, 1, 100, q8, f32, 3, null));
     }
 }
