@@ -44,7 +44,9 @@ import picocli.CommandLine.Option;
                 + "and with what runs after them), and whether the configuration matches the scalar FP64 reference on "
                 + "a short prompt (its first half prefilled, the rest decoded a token at a time).",
                 "Without -m it benchmarks a synthetic model the engine generates in memory: by default the "
-                + "Llama-3.2-1B geometry in Q4_0 (--synthetic llama-1b --type q4_0; about 20 s to generate)."})
+                + "Llama-3.2-1B geometry in Q4_0 (--synthetic llama-1b --type q4_0; about 20 s to generate). Before "
+                + "generating it, bench readies the kernels on one layer of that shape (a few seconds), so that the "
+                + "JIT compiles them while little memory is in use."})
 final class BenchCommand implements Callable<Integer> {
     /**
      * Decode steps of a tg test's warm-up, at least: the per-step path (the session's projections, RoPE, attention's
