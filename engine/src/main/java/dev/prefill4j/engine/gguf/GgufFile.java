@@ -353,7 +353,7 @@ public final class GgufFile implements GgufContent, AutoCloseable {
             }
         }
 
-        /** A top-level value: a {@link GgufValue}, or a {@link StringArray} checked here but not decoded. */
+        /** A top-level value: a {@link GgufValue}, or the elements of a {@link StringArray} checked here, not decoded. */
         Object topValue(String key) {
             long at = pos;
             if (ValueType.byId(u32()) == ValueType.ARRAY && remaining() >= 12

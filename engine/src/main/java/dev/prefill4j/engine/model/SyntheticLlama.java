@@ -115,9 +115,10 @@ public final class SyntheticLlama extends OwnedGgufContent {
 
     /**
      * Generates the first {@code layers} layers of a model of this shape, with a vocabulary of {@code vocab} pieces
-     * (the first pieces of the shape's own): the same matrices in each layer, so that it runs the kernels a model of
-     * the whole shape runs, in a fraction of its memory ({@link dev.prefill4j.engine.Engine#readyKernels}). Its
-     * {@code general.name} and source say which part of the shape it is.
+     * (the first pieces of the shape's own): its layers and embedding rows are the whole model's, byte for byte (the
+     * tensors after the layers are drawn from other seeds), so it runs the kernels a model of the whole shape runs, in
+     * a fraction of its memory ({@link dev.prefill4j.engine.Engine#readyKernels}). Its {@code general.name} and
+     * source say which part of the shape it is.
      *
      * @param shape    the geometry
      * @param layers   layers to generate, 1 to the shape's count
