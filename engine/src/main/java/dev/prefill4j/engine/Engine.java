@@ -183,7 +183,7 @@ public final class Engine implements AutoCloseable {
 
     /**
      * Readies the kernels that a synthetic model of {@code shape} in {@code formatId} will run, before it is generated:
-     * a model of the shape's first layer with a vocabulary of {@value #READY_VOCABULARY} pieces (40 MiB for llama-1b in
+     * a model of the shape's first layer with a vocabulary of {@value #READY_VOCABULARY} pieces (33 MiB for llama-1b in
      * Q4_0, where the whole model is 663 MiB) prefills a prompt and decodes {@value #READY_STEPS} tokens {@value
      * #READY_PASSES} times in a session of {@code options}, at the chunk the whole model will take, and is closed. That
      * is enough calls for C2 to compile the prefill, attention and decode kernels while little is resident; each
