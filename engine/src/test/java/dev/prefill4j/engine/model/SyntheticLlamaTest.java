@@ -11,6 +11,7 @@ import dev.prefill4j.engine.gguf.DeferredMetadata;
 import dev.prefill4j.engine.gguf.GgufArray;
 import dev.prefill4j.engine.gguf.GgufContent;
 import dev.prefill4j.engine.gguf.GgufTensor;
+import dev.prefill4j.engine.gguf.GgufValue;
 import dev.prefill4j.engine.registry.PluginRegistry;
 import java.lang.foreign.MemorySegment;
 import java.util.ArrayList;
@@ -42,7 +43,7 @@ class SyntheticLlamaTest {
                 }
 
                 @Override
-                public Map<String, dev.prefill4j.engine.gguf.GgufValue> metadata() {
+                public Map<String, GgufValue> metadata() {
                     return metadata;
                 }
 
