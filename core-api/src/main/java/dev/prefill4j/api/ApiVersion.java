@@ -16,9 +16,10 @@ public final class ApiVersion {
      * The contract version of this core-api build (1.1: {@code Quantizer.dotPrepared} and its two companions; 1.2:
      * {@code Quantizer.dotPreparedRows}; 1.3: {@code ComputeDevice.feedForward} and {@code feedForwardBlock}; 1.4:
      * {@code Quantizer.dotEncodedRows}; 1.5: {@code Quantizer.encodedDotIsExact}; 1.6: {@code
-     * Blocks.ONE_ROW_MAX_COUNT}; 1.7: {@code Quantizer.packForDecode} and {@code PackedMatrix}).
+     * Blocks.ONE_ROW_MAX_COUNT}; 1.7: {@code Quantizer.packForDecode} and {@code PackedMatrix}; 1.8: {@code
+     * Quantizer.packedCopyDecodes} and {@code PackedMatrix.decodeColumns}).
      */
-    public static final String CURRENT = "1.7";
+    public static final String CURRENT = "1.8";
 
     private ApiVersion() {
     }

@@ -98,15 +98,17 @@ final class CpuDevice implements ComputeDevice {
     /**
      * Whether one-row products (decode steps: {@link #matmul}, {@link #matmulSwiGLU} and {@link #matmulEncoded} of one
      * activation row) read a copy of the matrix its format laid out for them ({@link Quantizer#packForDecode}) where
-     * it offers one (or a view of its own bytes that the format checked once: F16); a copy costs its size in memory.
-     * System property {@value #PACKED_PROPERTY} ({@code false}) turns it off, to save that memory or to compare the two
-     * on one machine.
+     * it offers one (or a view of its own bytes that the format checked once: F16); a copy costs its size in memory,
+     * except where it stands in for a file's matrix in every float32 product, prompts' included ({@link #promptCopy}:
+     * the ternary formats), and takes the place of the file's pages. System property {@value #PACKED_PROPERTY}
+     * ({@code false}) turns it off, to save that memory or to compare the two on one machine.
      */
     static final String PACKED_PROPERTY = "dev.prefill4j.cpu.packedDecode";
     static final boolean PACKED = !"false".equals(System.getProperty(PACKED_PROPERTY));
     /**
-     * The packed copies, made at a matrix's first decode step, each in an arena of its own, kept until {@link #close}
-     * (the warm-up's, of a few rows, until its end); null where a matrix's format has none.
+     * The packed copies, made at a matrix's first decode step (or its first product, {@link #promptCopy}), each in an
+     * arena of its own, kept until {@link #close} (the warm-up's, of a few rows, until its end); null where a matrix's
+     * format has none.
      */
     private final Map<WeightMatrix, Packed> packed = new IdentityHashMap<>();
 
@@ -169,6 +171,11 @@ final class CpuDevice implements ComputeDevice {
         }
         if (rows <= DOT_MAX_ROWS) {
             matmulDots(w, x, rows, out);
+            return;
+        }
+        PackedMatrix copy = promptCopy(w);
+        if (copy != null) {
+            packedProduct(copy, x, rows, out);
             return;
         }
         int n = w.rows();
@@ -383,11 +390,9 @@ final class CpuDevice implements ComputeDevice {
         long rowBytes = w.rowBytes();
         var format = w.format();
         var data = w.data();
-        PackedMatrix pm = rows == 1 && PACKED ? packed(w) : null;
+        PackedMatrix pm = rows == 1 && PACKED ? packed(w) : promptCopy(w);
         if (pm != null && pm.preparedFloats() > 0) {
-            packedFloats = atLeast(packedFloats, pm.preparedFloats());
-            pm.prepareFloats(x, 0, packedFloats);
-            packedDotRows(pm, packedFloats, out);
+            packedProduct(pm, x, rows, out);
             return;
         }
         int pl = format.preparedActivations(k);
@@ -589,7 +594,7 @@ final class CpuDevice implements ComputeDevice {
      */
     private void matmulPanels(WeightMatrix w, float[] x, int rows, float[] out, int panel) {
         int n = w.rows();
-        PanelPlan plan = new PanelPlan(w, panel);
+        PanelPlan plan = new PanelPlan(w, panel, promptCopy(w));
         boolean packed = packRows(x, rows, w.cols(), panel);
         try {
             parallelFor(n / panel, pi -> panelProduct(w, plan, x, packed, w.cols(), rows, pi * panel, out, pi * panel,
@@ -654,20 +659,21 @@ final class CpuDevice implements ComputeDevice {
 
     /**
      * How {@link #panelProduct} walks K: slices of {@link #PANEL_SLICE_FLOATS} floats of transposed panel (whole
-     * quantization blocks), and where each of a vector's rows starts in the buffer it is decoded into.
+     * quantization blocks), where each of a vector's rows starts in the buffer it is decoded into, and the packed copy
+     * the panels are decoded from instead of the matrix ({@link #promptCopy}), or null.
      */
-    private record PanelPlan(int panel, int slice, int width, int rowStride, int[] rowStarts) {
-        PanelPlan(WeightMatrix w, int panel) {
+    private record PanelPlan(int panel, int slice, int width, int rowStride, int[] rowStarts, PackedMatrix copy) {
+        PanelPlan(WeightMatrix w, int panel, PackedMatrix copy) {
             this(panel, Math.max(w.format().blockSize(), PANEL_SLICE_FLOATS / panel / w.format().blockSize()
-                    * w.format().blockSize()), w.cols());
+                    * w.format().blockSize()), w.cols(), copy);
         }
 
-        private PanelPlan(int panel, int slice, int k) {
-            this(panel, slice, Math.min(slice, k), Math.min(slice, k) + ROW_PAD);
+        private PanelPlan(int panel, int slice, int k, PackedMatrix copy) {
+            this(panel, slice, Math.min(slice, k), Math.min(slice, k) + ROW_PAD, copy);
         }
 
-        private PanelPlan(int panel, int slice, int width, int rowStride) {
-            this(panel, slice, width, rowStride, rowStarts(rowStride));
+        private PanelPlan(int panel, int slice, int width, int rowStride, PackedMatrix copy) {
+            this(panel, slice, width, rowStride, rowStarts(rowStride), copy);
         }
 
         private static int[] rowStarts(int rowStride) {
@@ -723,7 +729,10 @@ final class CpuDevice implements ComputeDevice {
             // column, which read 16 cache lines for each vector), 8 x 8 with 8 lanes (VectorOps.transpose8); other
             // vector widths and a last partial tile gather a column at a time, one vector store per column where a
             // scalar store per element took a tenth of pp512.
-            for (int i0 = 0; i0 < panel; i0 += lanes) {
+            if (plan.copy() != null) { // already laid out in groups of rows: no transpose
+                plan.copy().decodeColumns(o0, panel, t0, len, rowBuf, wt, panel);
+            }
+            for (int i0 = 0; plan.copy() == null && i0 < panel; i0 += lanes) {
                 for (int i = 0; i < lanes; i++) {
                     w.format().decode(w.data(), rowBytes * (o0 + i0 + i) + from, rowBuf, rb + i * rowStride, len);
                 }
@@ -780,17 +789,23 @@ final class CpuDevice implements ComputeDevice {
             ComputeDevice.super.matmulSwiGLU(gate, up, x, rows, out);
             return;
         }
-        PackedMatrix gp1 = rows == 1 && PACKED ? packed(gate) : null;
-        PackedMatrix up1 = gp1 != null ? packed(up) : null;
+        PackedMatrix gp1 = rows == 1 && PACKED ? packed(gate) : rows <= DOT_MAX_ROWS ? promptCopy(gate) : null;
+        PackedMatrix up1 = gp1 == null ? null : rows == 1 ? packed(up) : promptCopy(up);
         if (up1 != null && gp1.preparedFloats() > 0 && up1.preparedFloats() > 0) {
             packedFloats = atLeast(packedFloats, gp1.preparedFloats());
             upPackedFloats = atLeast(upPackedFloats, up1.preparedFloats());
-            gp1.prepareFloats(x, 0, packedFloats);
-            up1.prepareFloats(x, 0, upPackedFloats);
             float[] u = buffer(upRowsBuffer, n);
-            packedDotRows(gp1, packedFloats, out);
-            packedDotRows(up1, upPackedFloats, u);
-            swiglu(out, u, n);
+            for (int r = 0; r < rows; r++) {
+                gp1.prepareFloats(x, r * k, packedFloats);
+                up1.prepareFloats(x, r * k, upPackedFloats);
+                packedDotRows(gp1, packedFloats, out, r * n);
+                packedDotRows(up1, upPackedFloats, u, 0);
+                if (r == 0) {
+                    swiglu(out, u, n);
+                } else {
+                    VectorOps.swiglu(out, r * n, u, 0, n);
+                }
+            }
             return;
         }
         if (rows <= DOT_MAX_ROWS) {
@@ -840,8 +855,8 @@ final class CpuDevice implements ComputeDevice {
             });
             return;
         }
-        PanelPlan gatePlan = new PanelPlan(gate, panel);
-        PanelPlan upPlan = new PanelPlan(up, panel);
+        PanelPlan gatePlan = new PanelPlan(gate, panel, promptCopy(gate));
+        PanelPlan upPlan = new PanelPlan(up, panel, promptCopy(up));
         boolean packed = packRows(x, rows, k, panel);
         try {
             parallelFor(n / panel, pi -> swiGLUPanel(gate, gatePlan, up, upPlan, x, packed, rows, pi * panel, out,
@@ -901,7 +916,7 @@ final class CpuDevice implements ComputeDevice {
     public int feedForwardBlock(WeightMatrix gate, WeightMatrix up, WeightMatrix down) {
         int ffn = gate.rows();
         int panel = PANEL;
-        int block = new PanelPlan(down, panel).slice();
+        int block = new PanelPlan(down, panel, null).slice();
         boolean blocks = block < ffn && ffn % block == 0 && block % panel == 0 && down.rows() % panel == 0
                 && up.rows() == ffn && up.cols() == gate.cols() && down.cols() == ffn;
         return blocks ? block : ffn;
@@ -929,9 +944,9 @@ final class CpuDevice implements ComputeDevice {
         }
         int panel = PANEL;
         int dim = down.rows();
-        PanelPlan gatePlan = new PanelPlan(gate, panel);
-        PanelPlan upPlan = new PanelPlan(up, panel);
-        PanelPlan downPlan = new PanelPlan(down, panel);
+        PanelPlan gatePlan = new PanelPlan(gate, panel, promptCopy(gate));
+        PanelPlan upPlan = new PanelPlan(up, panel, promptCopy(up));
+        PanelPlan downPlan = new PanelPlan(down, panel, promptCopy(down));
         // With packing, SwiGLU writes the hidden block packed: the down matrix's kernels read it as it is, and the
         // rows after the last six-row group stay row-major for the one-row kernel.
         boolean packed = packRows(x, rows, gate.cols(), panel);
@@ -1193,8 +1208,12 @@ final class CpuDevice implements ComputeDevice {
 
     /**
      * {@return the packed copy of {@code w} for decode steps, made now if this is its first, or null where its format
-     * has none} Synchronized: a device serves one session at a time, but sessions may follow one another from
-     * different threads.
+     * has none} Where the copy stands in for {@code w} in every float32 product ({@link #promptCopy}), the pages of
+     * {@code w}'s mapping are let go once it is made: nothing else that reads float32 activations reads them again,
+     * and the copy takes their place in memory instead of adding to it (the 1B TQ2_0 file's ternary matrices are 251
+     * MB). Products that read {@code w} itself all the same (a prompt's with encoded activations, the exact ones of
+     * the FP64 reference) bring its pages back from the file as they read them. Synchronized: a device serves one
+     * session at a time, but sessions may follow one another from different threads.
      */
     private synchronized PackedMatrix packed(WeightMatrix w) {
         if (!packed.containsKey(w)) {
@@ -1202,11 +1221,42 @@ final class CpuDevice implements ComputeDevice {
             Optional<PackedMatrix> p = w.format().packForDecode(w, arena);
             if (p.isEmpty()) {
                 arena.close();
+            } else if (standsIn(p.get()) && fileMapping(w)) {
+                w.data().unload();
             }
             packed.put(w, p.map(m -> new Packed(m, arena)).orElse(null));
         }
         Packed p = packed.get(w);
         return p == null ? null : p.matrix();
+    }
+
+    /**
+     * {@return {@code w}'s packed copy where it stands in for {@code w} in every product with float32 activations,
+     * prompts' included, made now if this is {@code w}'s first product; otherwise null, and {@code w} is read as
+     * before} It stands in where {@link #PACKED}, the format's copies decode ({@link Quantizer#packedCopyDecodes}),
+     * they give whole panels ({@link #standsIn}) and {@code w} is a read-only mapping of a file, whose pages {@link
+     * #packed} then lets go: a matrix in memory keeps its bytes, so there a copy made for a prompt would only add to
+     * them, and it is made at the first decode step as before.
+     */
+    private PackedMatrix promptCopy(WeightMatrix w) {
+        if (!PACKED || !w.format().packedCopyDecodes() || !fileMapping(w)) {
+            return null;
+        }
+        PackedMatrix p = packed(w);
+        return p != null && standsIn(p) ? p : null;
+    }
+
+    /** {@return whether {@code w}'s bytes are a read-only mapping of a file} */
+    private static boolean fileMapping(WeightMatrix w) {
+        return w.data().isMapped() && w.data().isReadOnly();
+    }
+
+    /**
+     * {@return whether {@code p} can serve every float32 product of its matrix}: its format's copies decode, its row
+     * groups tile a prefill panel, and it takes float32 activations
+     */
+    private static boolean standsIn(PackedMatrix p) {
+        return p.source().format().packedCopyDecodes() && PANEL % p.rowGroup() == 0 && p.preparedFloats() > 0;
     }
 
     /** Frees {@code w}'s packed copy, if it has one. */
@@ -1223,13 +1273,29 @@ final class CpuDevice implements ComputeDevice {
     }
 
     /**
-     * Runs {@code w}'s packed float32 product over all its rows into {@code out}, with activations {@link
-     * PackedMatrix#prepareFloats} wrote to {@code prepared}, in tasks of {@link #packedRun} rows.
+     * Runs {@code w}'s packed float32 product over all its rows into {@code out} from {@code outIndex}, with
+     * activations {@link PackedMatrix#prepareFloats} wrote to {@code prepared}, in tasks of {@link #packedRun} rows.
      */
-    private void packedDotRows(PackedMatrix p, float[] prepared, float[] out) {
+    private void packedDotRows(PackedMatrix p, float[] prepared, float[] out, int outIndex) {
         int n = p.source().rows();
         int run = packedRun(p);
-        parallelFor((n + run - 1) / run, t -> p.dotRows(t * run, Math.min(run, n - t * run), prepared, out, t * run));
+        parallelFor((n + run - 1) / run, t -> p.dotRows(t * run, Math.min(run, n - t * run), prepared, out,
+                outIndex + t * run));
+    }
+
+    /**
+     * {@code rows} activation rows times the packed copy {@code p}, one row after another, each prepared once
+     * ({@link PackedMatrix#prepareFloats}) for all of {@code p}'s rows: decode steps, and prompts too short for the
+     * panels where {@code p} stands in for its matrix ({@link #promptCopy}).
+     */
+    private void packedProduct(PackedMatrix p, float[] x, int rows, float[] out) {
+        int n = p.source().rows();
+        int k = p.source().cols();
+        packedFloats = atLeast(packedFloats, p.preparedFloats());
+        for (int r = 0; r < rows; r++) {
+            p.prepareFloats(x, r * k, packedFloats);
+            packedDotRows(p, packedFloats, out, r * n);
+        }
     }
 
     /**

@@ -20,7 +20,9 @@ import java.lang.foreign.MemorySegment;
  * necessarily to the bit; the plugin author's test kit compares them with FP64.
  *
  * <p>The copy lives in the arena given to {@link Quantizer#packForDecode}; the source stays valid and is what every
- * other product reads (and what a view reads too, so the source's bytes must not change while it is in use).
+ * other product reads (and what a view reads too, so the source's bytes must not change while it is in use). Where
+ * the format's {@link Quantizer#packedCopyDecodes()} is true, the copy also gives the weights back as floats ({@link
+ * #decodeColumns}), so that a device may read it for a prompt's products too and leave the source unread.
  *
  * @since 1.7
  */
@@ -92,4 +94,27 @@ public interface PackedMatrix {
      * @throws IllegalArgumentException if {@code firstRow} or {@code rows} is not a multiple of {@link #rowGroup()}
      */
     void dotEncodedRows(int firstRow, int rows, byte[] prepared, float[] out, int outIndex);
+
+    /**
+     * Writes the weights of rows {@code firstRow .. firstRow + rows} and columns {@code fromCol .. fromCol + cols} as
+     * float32, column after column: row {@code firstRow + r}'s element {@code fromCol + c} to {@code dst[dstOffset + c
+     * * dstStride + r]}, the value the source format's {@link Quantizer#decode} gives it, bit for bit. It is the
+     * transposed panel a prompt's GEMM multiplies, so a copy laid out in groups of rows writes it without a transpose.
+     *
+     * @param firstRow  the first row, a multiple of {@link #rowGroup()}
+     * @param rows      how many rows, a multiple of {@link #rowGroup()}, at most {@code dstStride}
+     * @param fromCol   the first column, a multiple of the source format's block size
+     * @param cols      how many columns, a multiple of the source format's block size
+     * @param dst       where the weights go
+     * @param dstOffset index of row {@code firstRow}'s element {@code fromCol}
+     * @param dstStride floats from one column to the next
+     * @throws IllegalArgumentException if the rows are not whole groups or the columns not whole blocks
+     * @throws UnsupportedOperationException where the format's {@link Quantizer#packedCopyDecodes()} is false (the
+     *                                       default)
+     * @since 1.8
+     */
+    default void decodeColumns(int firstRow, int rows, int fromCol, int cols, float[] dst, int dstOffset,
+                               int dstStride) {
+        throw new UnsupportedOperationException(source().format().id() + "'s packed copy does not decode");
+    }
 }

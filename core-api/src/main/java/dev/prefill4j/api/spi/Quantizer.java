@@ -296,4 +296,19 @@ public interface Quantizer extends Plugin {
     default Optional<PackedMatrix> packForDecode(WeightMatrix w, Arena arena) {
         return Optional.empty();
     }
+
+    /**
+     * {@return whether the copies {@link #packForDecode} makes can stand in for their matrix in every product with
+     * float32 activations, a prompt's included}: they give back the source's weights bit for bit ({@link
+     * PackedMatrix#decodeColumns}) as well as their decode steps' products. A device may then make a matrix's copy
+     * before its first product of any kind, read only the copy for those products, and let the source's pages go
+     * where the source is a read-only mapping of a file ({@link MemorySegment#unload()}): the copy then takes the
+     * place of the file's pages in the process's memory instead of adding to them. The default is {@code false}.
+     *
+     * @since 1.8
+     */
+    @Api.Experimental
+    default boolean packedCopyDecodes() {
+        return false;
+    }
 }

@@ -39,7 +39,9 @@ import java.util.SplittableRandom;
  *       prepared data at an offset and nothing written outside it; {@code dotPreparedRows} gives each of eleven rows
  *       the bits of {@code dotPrepared}, for rows of a few hundred elements and of over 8,192; where the format packs
  *       matrices for decode steps with float32 activations too ({@link Quantizer#packForDecode}), the packed products
- *       of 96 rows equal that FP64 dot within the same bound;</li>
+ *       of 96 rows equal that FP64 dot within the same bound, and where its copies decode ({@link
+ *       Quantizer#packedCopyDecodes}) they give back every weight of a block of rows and columns with {@code
+ *       decode}'s bits;</li>
  *   <li>GEMM, float and exact accumulation, on every {@link Backend} found by {@link ServiceLoader} equals FP64 over
  *       the decoded weights within the same relative bound, for shapes with one and many activation rows, and one
  *       activation row with rows of at least 8,192 weights;</li>
@@ -337,6 +339,39 @@ public final class QuantizerTestKit {
                         + all[1 + group + r]);
             }
             check(Float.isNaN(part[rows - group]), q, "packed dotRows from row " + group + " wrote past its products");
+            if (q.packedCopyDecodes()) {
+                packedDecode(q, p, wd, n);
+            }
+        }
+    }
+
+    /**
+     * For a format whose packed copies decode ({@link Quantizer#packedCopyDecodes()}): {@link
+     * PackedMatrix#decodeColumns} from the second row group and the second block on, into a column stride wider than
+     * the rows and from an offset, gives each weight the bits of the format's {@code decode} ({@code wd}, {@code n}
+     * a row) and writes nothing else.
+     */
+    private static void packedDecode(Quantizer q, PackedMatrix p, float[] wd, int n) {
+        int group = p.rowGroup();
+        int rows = p.source().rows() - group;
+        int from = q.blockSize();
+        int cols = n - from;
+        int stride = rows + 3;
+        int at = 5;
+        float[] dst = new float[at + cols * stride];
+        Arrays.fill(dst, Float.NaN);
+        p.decodeColumns(group, rows, from, cols, dst, at, stride);
+        for (int i = 0; i < dst.length; i++) {
+            int c = (i - at) / stride;
+            int r = (i - at) % stride;
+            if (i < at || r >= rows) {
+                check(Float.isNaN(dst[i]), q, "packed decodeColumns wrote element " + i + ", outside its " + rows
+                        + " rows of " + cols + " columns");
+            } else {
+                float want = wd[(group + r) * n + from + c];
+                check(Float.floatToIntBits(dst[i]) == Float.floatToIntBits(want), q, "packed decodeColumns row "
+                        + (group + r) + " column " + (from + c) + " = " + dst[i] + ", decode gives " + want);
+            }
         }
     }
 

@@ -144,6 +144,16 @@ abstract sealed class TernaryQuantizer implements Quantizer permits TQ1_0Quantiz
         return TernaryTable.pack(this, w, arena);
     }
 
+    /**
+     * True: a packed copy gives back each weight as {@code decode} does ({@link TernaryTable#decodeColumns}), so a
+     * prompt's products may read it too, and the copy (2.125 bits a weight: TQ2_0's blocks take 2.0625, TQ1_0's
+     * 1.6875) can take the place of the file's blocks in memory.
+     */
+    @Override
+    public final boolean packedCopyDecodes() {
+        return true;
+    }
+
     /** {@return whole blocks in {@code count} elements} @throws IllegalArgumentException if not a multiple of 256 */
     final int blocks(int count) {
         Blocks.checkCount(count, Ternary.QK, id());

@@ -258,6 +258,52 @@ final class TernaryTable implements PackedMatrix {
         out[outIndex] -= (ahead & 1) * 0f; // as in dotEncodedRows
     }
 
+    /**
+     * Each group's 32 rows from its 32 vectors of a block: element {@code 8j + e} of the block is bits {@code 2e,
+     * 2e + 1} of vector {@code j}'s lanes, so a vector's lanes, widened to two int vectors, shifted, masked and
+     * converted, are column {@code 8j + e} of 16 rows at a time, already transposed. Each value is {@code (code - 1)
+     * * d} with {@code d} the fp16 scale as float, the source formats' {@code decode} to the bit.
+     */
+    @Override
+    public void decodeColumns(int firstRow, int rows, int fromCol, int cols, float[] dst, int dstOffset,
+                              int dstStride) {
+        checkGroups(firstRow, rows);
+        if (fromCol % Ternary.QK != 0 || cols % Ternary.QK != 0 || fromCol < 0 || fromCol + cols > source.cols()
+                || rows > dstStride) {
+            throw new IllegalArgumentException("columns " + fromCol + ".." + (fromCol + cols) + " of " + source.cols()
+                    + " are not whole blocks of " + Ternary.QK + " within the row, or " + rows + " rows exceed a stride"
+                    + " of " + dstStride);
+        }
+        var shorts = ShortVector.SPECIES_512;
+        var ints = IntVector.SPECIES_512;
+        var f = FloatVector.SPECIES_512;
+        var shr = VectorOperators.LSHR;
+        var s2i = VectorOperators.ZERO_EXTEND_S2I;
+        var i2f = VectorOperators.I2F;
+        MemorySegment w = packed;
+        for (int g = firstRow / GROUP, end = (firstRow + rows) / GROUP; g < end; g++) {
+            int rowAt = dstOffset + g * GROUP - firstRow;
+            for (int b = fromCol / Ternary.QK, last = (fromCol + cols) / Ternary.QK; b < last; b++) {
+                long o = ((long) g * blocks + b) * GROUP_BLOCK_BYTES;
+                FloatVector d0 = FloatVector.fromMemorySegment(f, w, o + 32 * 64, LE);
+                FloatVector d1 = FloatVector.fromMemorySegment(f, w, o + 32 * 64 + 64, LE);
+                int blockAt = rowAt + (b * Ternary.QK - fromCol) * dstStride;
+                for (int j = 0; j < 32; j++) {
+                    ShortVector q = ShortVector.fromMemorySegment(shorts, w, o + 64L * j, LE);
+                    IntVector i0 = (IntVector) q.convertShape(s2i, ints, 0);
+                    IntVector i1 = (IntVector) q.convertShape(s2i, ints, 1);
+                    int at = blockAt + 8 * j * dstStride;
+                    for (int e = 0; e < 8; e++) {
+                        ((FloatVector) i0.lanewise(shr, 2 * e).and(3).sub(1).convert(i2f, 0)).mul(d0)
+                                .intoArray(dst, at + e * dstStride);
+                        ((FloatVector) i1.lanewise(shr, 2 * e).and(3).sub(1).convert(i2f, 0)).mul(d1)
+                                .intoArray(dst, at + e * dstStride + 16);
+                    }
+                }
+            }
+        }
+    }
+
     /** @throws IllegalArgumentException unless {@code firstRow} and {@code rows} are whole groups */
     private static void checkGroups(int firstRow, int rows) {
         if (firstRow % GROUP != 0 || rows % GROUP != 0) {
