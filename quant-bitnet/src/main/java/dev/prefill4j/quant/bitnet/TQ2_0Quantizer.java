@@ -3,6 +3,7 @@ package dev.prefill4j.quant.bitnet;
 import dev.prefill4j.api.ApiVersion;
 import dev.prefill4j.api.spi.Blocks;
 import java.lang.foreign.MemorySegment;
+import java.lang.foreign.ValueLayout;
 import java.nio.ByteOrder;
 import java.util.OptionalInt;
 import jdk.incubator.vector.ByteVector;
@@ -17,6 +18,7 @@ import jdk.incubator.vector.VectorOperators;
  */
 public final class TQ2_0Quantizer extends TernaryQuantizer {
     static final int BYTES = 66;
+    private static final ValueLayout.OfLong I64 = ValueLayout.JAVA_LONG_UNALIGNED.withOrder(ByteOrder.LITTLE_ENDIAN);
 
     @Override public String id() { return "tq2_0"; }
     @Override public String apiVersion() { return ApiVersion.CURRENT; }
@@ -450,6 +452,28 @@ public final class TQ2_0Quantizer extends TernaryQuantizer {
             acc = acc.add(acc.rearrange(Ternary.X2));
             out[outIndex + r] = acc.add(acc.rearrange(Ternary.X1)).lane(0);
         }
+    }
+
+    /**
+     * Straight from the block's bytes: lane {@code j}'s elements {@code 8j .. 8j + 7} are bits {@code 2n, 2n + 1} of
+     * the eight consecutive bytes from {@code 32c + 8(j mod 4)}, with {@code c = j / 16} and {@code n = (j mod 16) / 4}
+     * (element {@code 128c + 32n + m} is in byte {@code 32c + m}, {@link #unpack}), so one load of a long, a shift and
+     * {@link Long#compress} (a single {@code pext} on x86 with BMI2) make a lane. Harness outside the repository
+     * (eight matrices of the 1B TQ2_0 file, 31.4 MB, packed three times in one process): 1.23-1.44 GB/s once
+     * compiled, 0.21-0.23 the first time, against 1.00-1.09 and 0.13 for the default, which unpacks each of the 256
+     * trits and puts the lanes together one code at a time.
+     */
+    @Override
+    boolean packLanes(MemorySegment src, long offset, short[] lanes, byte[] staged, byte[] trits) {
+        for (int j = 0; j < 32; j++) {
+            long bytes = src.get(I64, offset + 32 * (j / 16) + 8 * (j % 4));
+            long codes = Long.compress(bytes >>> (2 * ((j % 16) / 4)), 0x0303030303030303L);
+            if ((codes & (codes >>> 1) & 0x5555) != 0) {
+                return false;
+            }
+            lanes[j] = (short) codes;
+        }
+        return true;
     }
 
     /** Element {@code 128 c + 32 n + m} is bits {@code 2n..2n+1} of byte {@code 32 c + m} (FORMATS.md §6.1). */

@@ -6,6 +6,7 @@ import dev.prefill4j.api.spi.Quantizer;
 import dev.prefill4j.api.spi.WeightMatrix;
 import java.lang.foreign.Arena;
 import java.lang.foreign.MemorySegment;
+import java.lang.foreign.ValueLayout;
 import java.util.Optional;
 
 /**
@@ -24,6 +25,31 @@ abstract sealed class TernaryQuantizer implements Quantizer permits TQ1_0Quantiz
 
     /** Writes the trits (0, 1, 2 for -1, 0, +1) of the staged block at {@code o} to {@code trits} in element order. */
     abstract void unpack(byte[] staged, int o, byte[] trits);
+
+    /**
+     * Computes the 32 int16 lanes {@link TernaryTable} keeps of one row's block at {@code offset}: lane {@code j}
+     * holds the block's elements {@code 8j .. 8j + 7}, element {@code 8j + i}'s code at bits {@code 2i}. By default
+     * the block is staged into {@code staged} ({@link #blockBytes()} bytes at least), unpacked into {@code trits}
+     * (256) and the lanes put together from the codes.
+     *
+     * @return false if a code is 3, which {@link TernaryTable} does not pack
+     */
+    boolean packLanes(MemorySegment src, long offset, short[] lanes, byte[] staged, byte[] trits) {
+        MemorySegment.copy(src, ValueLayout.JAVA_BYTE, offset, staged, 0, blockBytes());
+        unpack(staged, 0, trits);
+        for (int j = 0; j < 32; j++) {
+            int lane = 0;
+            for (int i = 0; i < 8; i++) {
+                int c = trits[8 * j + i];
+                if (c > 2) {
+                    return false;
+                }
+                lane |= c << (2 * i);
+            }
+            lanes[j] = (short) lane;
+        }
+        return true;
+    }
 
     /** With the packed dot, 272 floats a block ({@link Ternary#prepare}); otherwise none. */
     @Override

@@ -119,24 +119,17 @@ final class TernaryTable implements PackedMatrix {
         int bytes = format.blockBytes();
         byte[] staged = new byte[bytes + 8];
         byte[] trits = new byte[Ternary.QK];
+        short[] lanes = new short[32];
         long rowBytes = w.rowBytes();
         for (int b = 0; b < blocks; b++) {
             long to = ((long) g * blocks + b) * GROUP_BLOCK_BYTES;
             for (int l = 0; l < GROUP; l++) {
                 long from = (32L * g + l) * rowBytes + (long) b * bytes;
-                MemorySegment.copy(w.data(), ValueLayout.JAVA_BYTE, from, staged, 0, bytes);
-                format.unpack(staged, 0, trits);
+                if (!format.packLanes(w.data(), from, lanes, staged, trits)) {
+                    return false;
+                }
                 for (int j = 0; j < 32; j++) {
-                    int lane = 0;
-                    for (int s = 0; s < 4; s++) {
-                        int c0 = trits[2 * (4 * j + s)];
-                        int c1 = trits[2 * (4 * j + s) + 1];
-                        if (c0 > 2 || c1 > 2) {
-                            return false;
-                        }
-                        lane |= (c0 + 4 * c1) << (4 * s);
-                    }
-                    packed.set(Blocks.I16, to + 64L * j + 2L * l, (short) lane);
+                    packed.set(Blocks.I16, to + 64L * j + 2L * l, lanes[j]);
                 }
                 packed.set(Blocks.F32, to + 32 * 64 + 4L * l, Blocks.fp16(w.data(), from + format.scaleAt()));
             }
