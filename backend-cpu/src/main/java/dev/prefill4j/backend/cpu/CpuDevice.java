@@ -7,6 +7,7 @@ import dev.prefill4j.api.spi.Quantizer;
 import dev.prefill4j.api.spi.WeightMatrix;
 import java.lang.foreign.Arena;
 import java.lang.foreign.MemorySegment;
+import java.util.Arrays;
 import java.util.IdentityHashMap;
 import java.util.List;
 import java.util.Map;
@@ -313,9 +314,8 @@ final class CpuDevice implements ComputeDevice {
     private final AtomicBoolean panelKernelsReady = new AtomicBoolean();
 
     /**
-     * {@link #readyExactKernels} for the float micro-kernels {@link #panelProduct} runs ({@link VectorOps#kernel6x4}
-     * and {@link VectorOps#kernel1x4}, or with 8 lanes {@link VectorOps#kernel4x2} and {@link VectorOps#kernel1x2}),
-     * at the first panel of a prompt. Left to the prompt's own calls, C2 compiled them from a profile in which only
+     * {@link #readyExactKernels} for the float micro-kernel {@link #panelProduct} runs ({@link VectorOps#kernel6x4},
+     * or with 8 lanes {@link VectorOps#kernel4x2}), at the first panel of a prompt. Left to the prompt's own calls, C2 compiled them from a profile in which only
      * the first K slice (which starts from zero) had run; the down projection's second slice then hit the untaken arm
      * of {@code add} ({@code -Xlog:deoptimization}: {@code unstable_if}), and both were compiled again in every process,
      * {@code kernel6x4} with 21-35 MB of compiler arena, with the whole of a synthetic model resident (2026-12-06).
@@ -332,10 +332,8 @@ final class CpuDevice implements ComputeDevice {
             boolean add = (i & 1) == 1;
             if (panel == 4 * VectorOps.FLOATS.length()) {
                 VectorOps.kernel6x4(wt, 0, k, x, 0, out, 0, panel, add);
-                VectorOps.kernel1x4(wt, 0, k, x, 0, out, 0, add);
             } else {
                 VectorOps.kernel4x2(wt, 0, k, x, 0, k, out, 0, panel, add);
-                VectorOps.kernel1x2(wt, 0, k, x, 0, out, 0, add);
             }
         }
     }
@@ -590,7 +588,7 @@ final class CpuDevice implements ComputeDevice {
     /**
      * Prefill GEMM: tasks are panels of {@code panel} outputs; a task decodes its weight rows once, transposes them
      * into a K-major panel that stays in L2, and runs every group of six activation rows ({@link #packRows}) over it
-     * with {@link VectorOps#kernel6x4}; leftover rows use {@link VectorOps#kernel1x4}.
+     * with {@link VectorOps#kernel6x4}; the rows after the last group go through it too, padded ({@link #tailRows}).
      */
     private void matmulPanels(WeightMatrix w, float[] x, int rows, float[] out, int panel) {
         int n = w.rows();
@@ -751,24 +749,76 @@ final class CpuDevice implements ComputeDevice {
             }
             int r = 0;
             if (panel == 4 * lanes) {
-                if (packed) { // the rows' full groups of six; the rest one at a time
+                if (packed) { // the rows' full groups of six; the rest row-major after them
                     for (; r + 6 <= rows; r += 6) {
                         VectorOps.kernel6x4(rowBuf, wt, len, x, r * xStride + 6 * xt, out, oo + r * outStride,
                                 outStride, t0 > 0);
                     }
-                }
-                for (; r < rows; r++) {
-                    VectorOps.kernel1x4(rowBuf, wt, len, x, r * xStride + xt, out, oo + r * outStride, t0 > 0);
                 }
             } else {
                 for (; r + 4 <= rows; r += 4) {
                     VectorOps.kernel4x2(rowBuf, wt, len, x, r * xStride + xt, xStride, out, oo + r * outStride,
                             outStride, t0 > 0);
                 }
-                for (; r < rows; r++) {
-                    VectorOps.kernel1x2(rowBuf, wt, len, x, r * xStride + xt, out, oo + r * outStride, t0 > 0);
-                }
             }
+            for (; r < rows; r += tailGroup(panel)) {
+                tailRows(rowBuf, wt, len, panel, x, xStride, xt, r, Math.min(rows, r + tailGroup(panel)), out, oo,
+                        outStride, t0 > 0);
+            }
+        }
+    }
+
+    /** {@return the rows one call of the panel's micro-kernel takes: six with four vectors, four with two} */
+    private static int tailGroup(int panel) {
+        return panel == 4 * VectorOps.FLOATS.length() ? 6 : 4;
+    }
+
+    /** Per worker thread: the rows after a panel's last full group, padded to one, and their outputs. */
+    private final ThreadLocal<float[]> tailBuffer = new ThreadLocal<>();
+
+    /**
+     * Rows {@code r0 .. r1} (fewer than a group, row-major at {@code x[r * xStride + xt ..]}) through the same
+     * micro-kernel as the full groups ({@link VectorOps#kernel6x4}, {@link VectorOps#kernel4x2}): copied into a group
+     * of their own whose other rows are zero, laid out as the kernel reads it, with a tile of outputs that starts from
+     * their sums in {@code out} where {@code add}; the kernel's results for those rows are copied back and the rest
+     * dropped. Each output's FMA chain is the one a full group would give it, so a row has the same bits wherever it
+     * falls. Why not a one-row kernel: in about one process in thirty, C2 left such a kernel ({@code kernel1x4}, one
+     * row against the panel's four vectors) with its FMAs as calls to the Vector API's Java code, and every prompt of
+     * that process ran at a third of its speed (bench's pp128 medians 36.6-45.9 tok/s against 113-131, its young
+     * collections 2,494 a second through the timed runs against about none; {@code jstack}: both threads in {@code
+     * kernel1x4} calling {@code FloatVector.lanewiseTemplate}; docs/performance-notes.md, Kernels). The group costs
+     * what the one-row calls cost: 128 rows leave two, whose one-row calls made 8 FMAs a step against the group's 24,
+     * but loaded a weight vector per FMA.
+     */
+    private void tailRows(float[] rowBuf, int wt, int len, int panel, float[] x, int xStride, int xt, int r0, int r1,
+                          float[] out, int oo, int outStride, boolean add) {
+        int group = tailGroup(panel);
+        int m = r1 - r0;
+        float[] b = buffer(tailBuffer, group * len + group * panel + LineAlignment.SLACK);
+        int xs = LineAlignment.floatsToLine(b); // the group's activations, then its outputs
+        int os = xs + group * len;
+        for (int j = 0; j < group; j++) {
+            int at = (r0 + j) * xStride + xt;
+            if (group == 6) { // packed: element t of row j at 6t + j, as packRows lays a group out
+                for (int t = 0; t < len; t++) {
+                    b[xs + 6 * t + j] = j < m ? x[at + t] : 0f;
+                }
+            } else if (j < m) { // row-major, len a row
+                System.arraycopy(x, at, b, xs + j * len, len);
+            } else {
+                Arrays.fill(b, xs + j * len, xs + (j + 1) * len, 0f);
+            }
+            if (j < m && add) {
+                System.arraycopy(out, oo + (r0 + j) * outStride, b, os + j * panel, panel);
+            }
+        }
+        if (group == 6) {
+            VectorOps.kernel6x4(rowBuf, wt, len, b, xs, b, os, panel, add);
+        } else {
+            VectorOps.kernel4x2(rowBuf, wt, len, b, xs, len, b, os, panel, add);
+        }
+        for (int j = 0; j < m; j++) {
+            System.arraycopy(b, os + j * panel, out, oo + (r0 + j) * outStride, panel);
         }
     }
 

@@ -543,48 +543,6 @@ final class VectorOps {
         c31.intoArray(out, oo + 3 * outStride + l);
     }
 
-    /** One activation row against a panel of two vectors of outputs (the leftover rows with {@link #kernel4x2}). */
-    static void kernel1x2(float[] wt, int wo, int k, float[] x, int xo, float[] out, int oo, boolean add) {
-        int l = FLOATS.length();
-        float[] s = add ? out : ZEROS;
-        int so = add ? oo : 0;
-        int stride = 2 * l;
-        FloatVector c0 = start(s, so), c1 = start(s, so + l);
-        for (int t = 0; t < k; t++) {
-            int w = wo + t * stride;
-            FloatVector xv = FloatVector.broadcast(FLOATS, x[xo + t]);
-            c0 = FloatVector.fromArray(FLOATS, wt, w).fma(xv, c0);
-            c1 = FloatVector.fromArray(FLOATS, wt, w + l).fma(xv, c1);
-        }
-        c0.intoArray(out, oo);
-        c1.intoArray(out, oo + l);
-    }
-
-    /**
-     * One activation row against a transposed panel of four vectors of outputs (the leftover rows of a block); {@code
-     * add} as in {@link #kernel6x4}.
-     */
-    static void kernel1x4(float[] wt, int wo, int k, float[] x, int xo, float[] out, int oo, boolean add) {
-        int l = FLOATS.length();
-        float[] s = add ? out : ZEROS;
-        int so = add ? oo : 0;
-        int stride = 4 * l;
-        FloatVector c0 = start(s, so), c1 = start(s, so + l);
-        FloatVector c2 = start(s, so + 2 * l), c3 = start(s, so + 3 * l);
-        for (int t = 0; t < k; t++) {
-            int w = wo + t * stride;
-            FloatVector xv = FloatVector.broadcast(FLOATS, x[xo + t]);
-            c0 = FloatVector.fromArray(FLOATS, wt, w).fma(xv, c0);
-            c1 = FloatVector.fromArray(FLOATS, wt, w + l).fma(xv, c1);
-            c2 = FloatVector.fromArray(FLOATS, wt, w + 2 * l).fma(xv, c2);
-            c3 = FloatVector.fromArray(FLOATS, wt, w + 3 * l).fma(xv, c3);
-        }
-        c0.intoArray(out, oo);
-        c1.intoArray(out, oo + l);
-        c2.intoArray(out, oo + 2 * l);
-        c3.intoArray(out, oo + 3 * l);
-    }
-
     /**
      * {@link #kernel6x4} in double precision, for {@link CpuDevice#matmulExact}'s prefill form: six activation rows
      * (floats, each widened to double as it is broadcast) times a transposed panel of four vectors of doubles ({@code

@@ -96,6 +96,33 @@ class CpuKernelsTest {
     }
 
     /**
+     * The rows after a prompt's last full group of the panel kernel (six rows, or four with 8 lanes) go through that
+     * kernel too, padded with zero rows: each gets the bits it gets as a row of a full group. Prompts of 7 to 11 rows
+     * (tails of 1 to 5) against one of 12, over two panels, with K in one slice and in three (the tail's outputs
+     * continuing from their sums).
+     */
+    @ParameterizedTest
+    @CsvSource({"172", "4500"})
+    void rowsAfterTheLastGroupHaveTheBitsOfAFullGroup(int k) {
+        int n = 128;
+        SplittableRandom rnd = new SplittableRandom(k);
+        float[] w = random(rnd, n * k);
+        float[] x = random(rnd, 12 * k);
+        MemorySegment data = Arena.ofAuto().allocate(4L * n * k);
+        MemorySegment.copy(w, 0, data, F32, 0, w.length);
+        WeightMatrix m = new WeightMatrix("w", new TestF32(), data, n, k);
+        try (ComputeDevice d = new CpuBackend().create(new BackendContext(2))) {
+            float[] all = new float[12 * n];
+            d.matmul(m, x, 12, all);
+            for (int rows = 7; rows <= 11; rows++) {
+                float[] part = new float[rows * n];
+                d.matmul(m, Arrays.copyOf(x, rows * k), rows, part);
+                assertArrayEquals(Arrays.copyOf(all, rows * n), part, rows + " rows against 12");
+            }
+        }
+    }
+
+    /**
      * Gate/up with SwiGLU in the epilogue, on shapes that take each of its paths (dots for 1-3 rows, runs of rows
      * through {@code dotPreparedRows} for one row of 2,048 or more, a last run shorter than the others, panels for six
      * or more rows and outputs a multiple of the panel, including K past one slice, and the unfused fallback): against
@@ -476,12 +503,12 @@ class CpuKernelsTest {
 
     /**
      * Both prefill micro-kernel widths on every machine (a device uses one of them: {@code CpuDevice.PANEL}), the
-     * four-row (two vectors), six-row (four vectors) and one-row forms, over a transposed panel against FP64, with the
+     * four-row (two vectors) and six-row (four vectors) forms, over a transposed panel against FP64, with the
      * {@code add} continuation from sums left in the output (tolerance of {@link #matmulMatchesFp64}); outputs outside
      * the rows x panel tile stay untouched.
      */
     @ParameterizedTest
-    @CsvSource({"2,4", "2,1", "4,6", "4,1"})
+    @CsvSource({"2,4", "4,6"})
     void microKernelsOfBothPanelWidthsMatchFp64(int vectors, int rows) {
         int l = VectorOps.FLOATS.length();
         int panel = vectors * l;
@@ -499,12 +526,8 @@ class CpuKernelsTest {
         int xStride = k + 1;
         if (rows == 4) {
             VectorOps.kernel4x2(wt, 3, k, x, 2, xStride, out, 0, outStride, true);
-        } else if (rows == 6) {
-            VectorOps.kernel6x4(wt, 3, k, packSix(x, 2, xStride, k, 1), 1, out, 0, outStride, true);
-        } else if (vectors == 2) {
-            VectorOps.kernel1x2(wt, 3, k, x, 2, out, 0, true);
         } else {
-            VectorOps.kernel1x4(wt, 3, k, x, 2, out, 0, true);
+            VectorOps.kernel6x4(wt, 3, k, packSix(x, 2, xStride, k, 1), 1, out, 0, outStride, true);
         }
         assertTileMatchesFp64(wt, 3, panel, k, x, 2, xStride, start, out, outStride, rows);
     }
