@@ -1215,14 +1215,24 @@ final class CpuDevice implements ComputeDevice {
         for (int i = 0; i < 2_000; i++) {
             VectorOps.fmaChains(100);
         }
-        int iterations = 4_000_000;
+        // Each run is many calls, not one: a call that starts before C2 has installed its code runs all of its
+        // iterations in the code it started in. With one call of 4M iterations a run, in about two processes in
+        // three the first run's calls ran the Vector API's Java fallbacks (jstack: fmaChains calling
+        // FloatVector.lanewiseTemplate) for about 2 s, allocating about 6,000 young collections' worth (bench -p 128,
+        // young collections counted from -Xlog:gc).
+        int calls = 400;
+        int perCall = 10_000;
         double best = 0;
         for (int run = 0; run < 7; run++) {
             long t0 = System.nanoTime();
             float[] sink = new float[threads];
-            parallelFor(threads, t -> sink[t] = VectorOps.fmaChains(iterations));
+            parallelFor(threads, t -> {
+                for (int c = 0; c < calls; c++) {
+                    sink[t] += VectorOps.fmaChains(perCall);
+                }
+            });
             long dt = System.nanoTime() - t0;
-            double flops = 2.0 * 12 * VectorOps.FLOATS.length() * (double) iterations * threads;
+            double flops = 2.0 * 12 * VectorOps.FLOATS.length() * (double) calls * perCall * threads;
             best = Math.max(best, flops / dt);
             if (Float.isNaN(sink[0])) {
                 return Double.NaN; // keeps the loop's result live
@@ -1245,7 +1255,15 @@ final class CpuDevice implements ComputeDevice {
                 long t0 = System.nanoTime();
                 float[] sink = new float[threads];
                 long part = bytes / threads;
-                parallelFor(threads, t -> sink[t] = VectorOps.sumSegment(buf.asSlice(t * part, part)));
+                // Slices of 16 MiB, several calls, for the reason measurePeakGflops gives (one call a thread: about
+                // 600 young collections' worth of boxed vectors in every bench process; slices of 1 MiB measured
+                // 3% less, 24.2-24.9 against 25.1-25.9 GB/s in three alternating pairs).
+                long slice = 16 << 20;
+                parallelFor(threads, t -> {
+                    for (long o = t * part, end = o + part; o < end; o += slice) {
+                        sink[t] += VectorOps.sumSegment(buf.asSlice(o, Math.min(slice, end - o)));
+                    }
+                });
                 long dt = System.nanoTime() - t0;
                 best = Math.max(best, (double) bytes / dt);
                 if (Float.isNaN(sink[0])) {
