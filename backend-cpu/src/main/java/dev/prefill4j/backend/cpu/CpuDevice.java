@@ -315,10 +315,11 @@ final class CpuDevice implements ComputeDevice {
 
     /**
      * {@link #readyExactKernels} for the float micro-kernel {@link #panelProduct} runs ({@link VectorOps#kernel6x4},
-     * or with 8 lanes {@link VectorOps#kernel4x2}), at the first panel of a prompt. Left to the prompt's own calls, C2 compiled them from a profile in which only
-     * the first K slice (which starts from zero) had run; the down projection's second slice then hit the untaken arm
-     * of {@code add} ({@code -Xlog:deoptimization}: {@code unstable_if}), and both were compiled again in every process,
-     * {@code kernel6x4} with 21-35 MB of compiler arena, with the whole of a synthetic model resident (2026-12-06).
+     * or with 8 lanes {@link VectorOps#kernel4x2}), at the first panel of a prompt. Left to the prompt's own calls, C2
+     * compiled it from a profile in which only the first K slice (which starts from zero) had run; the down
+     * projection's second slice then hit the untaken arm of {@code add} ({@code -Xlog:deoptimization}: {@code
+     * unstable_if}), and it was compiled again in every process, with 21-35 MB of compiler arena, with the whole of a
+     * synthetic model resident (2026-12-06).
      * Choosing the start without a branch (a loaded accumulator masked to zero) put {@code kernel6x4} past C2's node
      * count for inlining, and its vectors were boxed: 50 times slower ({@code KernelInliningTest} caught it).
      */
@@ -786,9 +787,10 @@ final class CpuDevice implements ComputeDevice {
      * row against the panel's four vectors) with its FMAs as calls to the Vector API's Java code, and every prompt of
      * that process ran at a third of its speed (bench's pp128 medians 36.6-45.9 tok/s against 113-131, its young
      * collections 2,494 a second through the timed runs against about none; {@code jstack}: both threads in {@code
-     * kernel1x4} calling {@code FloatVector.lanewiseTemplate}; docs/performance-notes.md, Kernels). The group costs
-     * what the one-row calls cost: 128 rows leave two, whose one-row calls made 8 FMAs a step against the group's 24,
-     * but loaded a weight vector per FMA.
+     * kernel1x4} calling {@code FloatVector.lanewiseTemplate}; docs/performance-notes.md, Kernels). The cost is the
+     * padding: a 128-row prompt leaves 2 rows, whose group computes 6, and pp128 ran about 4% slower (three
+     * alternating pairs, 121.2, 123.8, 130.1 against 118.6, 116.7, 123.1 tok/s); prompts in chunks of 256 leave 4, and
+     * pp512 ran even.
      */
     private void tailRows(float[] rowBuf, int wt, int len, int panel, float[] x, int xStride, int xt, int r0, int r1,
                           float[] out, int oo, int outStride, boolean add) {
