@@ -785,7 +785,7 @@ final class CpuDevice implements ComputeDevice {
      * dropped. Each output's FMA chain is the one a full group would give it, so a row has the same bits wherever it
      * falls. Why not a one-row kernel: in about one process in thirty, C2 left such a kernel ({@code kernel1x4}, one
      * row against the panel's four vectors) with its FMAs as calls to the Vector API's Java code, and every prompt of
-     * that process ran at a third of its speed (bench's pp128 medians 36.6-45.9 tok/s against 113-131, its young
+     * that process ran at a third of its speed (bench's pp128 runs at 36.6-45.9 tok/s against 112-131, its young
      * collections 2,494 a second through the timed runs against about none; {@code jstack}: both threads in {@code
      * kernel1x4} calling {@code FloatVector.lanewiseTemplate}; docs/performance-notes.md, Kernels). The cost is the
      * padding: a 128-row prompt leaves 2 rows, whose group computes 6, and pp128 ran about 4% slower (three
