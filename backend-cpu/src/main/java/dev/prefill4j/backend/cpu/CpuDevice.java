@@ -284,7 +284,7 @@ final class CpuDevice implements ComputeDevice {
     private static final int EXACT_WARM_UP_CALLS = 2000;
 
     /**
-     * Runs both exact kernels in short calls (16 steps of K), with and without continued sums, so that C2 compiles each
+     * Runs the exact kernel in short calls (16 steps of K), with and without continued sums, so that C2 compiles it
      * whole and with both arms of {@code add} as the first prompt starts, while little of the model is resident. Left
      * to the prompt's own calls (2,048 steps each), C2 compiled {@code kernel6x4Exact} three times, with arenas of
      * 24-34 MB each ({@code -XX:CompileCommand=MemStat}), the last well into the first prompt; readied here, twice,
@@ -297,7 +297,6 @@ final class CpuDevice implements ComputeDevice {
         double[] acc = new double[6 * EXACT_PANEL];
         for (int i = 0; i < EXACT_WARM_UP_CALLS; i++) {
             VectorOps.kernel6x4Exact(wt, 0, k, x, 0, k, acc, 0, EXACT_PANEL, (i & 1) == 1);
-            VectorOps.kernel1x4Exact(wt, 0, k, x, 0, acc, 0, (i & 1) == 1);
         }
     }
 
@@ -339,6 +338,35 @@ final class CpuDevice implements ComputeDevice {
         }
     }
 
+    /** Per worker thread: {@link #exactTailRows}' group of rows and its sums. */
+    private final ThreadLocal<float[]> exactTailRowsBuffer = new ThreadLocal<>();
+    private final ThreadLocal<double[]> exactTailSumBuffer = new ThreadLocal<>();
+
+    /**
+     * Rows {@code r0 .. r1} (fewer than six) of an exact panel's K slice from {@code t0}, through {@link
+     * VectorOps#kernel6x4Exact} in a group of six whose other rows are zero, as {@link #tailRows} runs the float
+     * GEMM's: the same sums in the same order as in a full group, and no one-row kernel for C2 to compile apart.
+     */
+    private void exactTailRows(double[] wt, int len, float[] x, int k, int t0, int r0, int r1, double[] acc,
+                               boolean add) {
+        int panel = EXACT_PANEL;
+        int m = r1 - r0;
+        float[] rows = buffer(exactTailRowsBuffer, 6 * len);
+        double[] sums = doubles(exactTailSumBuffer, 6 * panel);
+        for (int j = 0; j < 6; j++) {
+            if (j < m) {
+                System.arraycopy(x, (r0 + j) * k + t0, rows, j * len, len);
+                if (add) {
+                    System.arraycopy(acc, (r0 + j) * panel, sums, j * panel, panel);
+                }
+            } else {
+                Arrays.fill(rows, j * len, (j + 1) * len, 0f);
+            }
+        }
+        VectorOps.kernel6x4Exact(wt, 0, len, rows, 0, len, sums, 0, panel, add);
+        System.arraycopy(sums, 0, acc, r0 * panel, m * panel);
+    }
+
     /** One panel of {@link #matmulExactPanels}: outputs {@code [o0, o0 + EXACT_PANEL)} for every row. */
     private void exactPanel(WeightMatrix w, float[] x, int rows, int o0, int slice, int rowStride, int[] rowStarts,
             float[] out) {
@@ -366,8 +394,8 @@ final class CpuDevice implements ComputeDevice {
             for (; r + 6 <= rows; r += 6) {
                 VectorOps.kernel6x4Exact(wt, 0, len, x, r * k + t0, k, acc, r * panel, panel, t0 > 0);
             }
-            for (; r < rows; r++) {
-                VectorOps.kernel1x4Exact(wt, 0, len, x, r * k + t0, acc, r * panel, t0 > 0);
+            if (r < rows) {
+                exactTailRows(wt, len, x, k, t0, r, rows, acc, t0 > 0);
             }
         }
         for (int r = 0; r < rows; r++) {

@@ -628,28 +628,6 @@ final class VectorOps {
         c53.intoArray(acc, ao + 5 * accStride + 3 * l);
     }
 
-    /** One activation row against {@link #kernel6x4Exact}'s panel (the leftover rows); {@code add} as there. */
-    static void kernel1x4Exact(double[] wt, int wo, int k, float[] x, int xo, double[] acc, int ao, boolean add) {
-        int l = DOUBLES.length();
-        double[] s = add ? acc : DOUBLE_ZEROS;
-        int so = add ? ao : 0;
-        int stride = 4 * l;
-        DoubleVector c0 = startExact(s, so), c1 = startExact(s, so + l);
-        DoubleVector c2 = startExact(s, so + 2 * l), c3 = startExact(s, so + 3 * l);
-        for (int t = 0; t < k; t++) {
-            int w = wo + t * stride;
-            DoubleVector xv = DoubleVector.broadcast(DOUBLES, x[xo + t]);
-            c0 = DoubleVector.fromArray(DOUBLES, wt, w).fma(xv, c0);
-            c1 = DoubleVector.fromArray(DOUBLES, wt, w + l).fma(xv, c1);
-            c2 = DoubleVector.fromArray(DOUBLES, wt, w + 2 * l).fma(xv, c2);
-            c3 = DoubleVector.fromArray(DOUBLES, wt, w + 3 * l).fma(xv, c3);
-        }
-        c0.intoArray(acc, ao);
-        c1.intoArray(acc, ao + l);
-        c2.intoArray(acc, ao + 2 * l);
-        c3.intoArray(acc, ao + 3 * l);
-    }
-
     /** Zeros {@link #kernel6x4Exact} starts from when it does not continue partial sums, as {@link #ZEROS}. */
     private static final double[] DOUBLE_ZEROS = new double[4 * DOUBLES.length()];
 
