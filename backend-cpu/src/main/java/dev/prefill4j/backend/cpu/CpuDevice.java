@@ -880,11 +880,7 @@ final class CpuDevice implements ComputeDevice {
                 up1.prepareFloats(x, r * k, upPackedFloats);
                 packedDotRows(gp1, packedFloats, out, r * n);
                 packedDotRows(up1, upPackedFloats, u, 0);
-                if (r == 0) {
-                    swiglu(out, u, n);
-                } else {
-                    VectorOps.swiglu(out, r * n, u, 0, n);
-                }
+                swiglu(out, r * n, u, n);
             }
             return;
         }
@@ -1233,8 +1229,13 @@ final class CpuDevice implements ComputeDevice {
     /** In chunks of {@value #SWIGLU_CHUNK} across the workers, vectorized in double ({@link VectorOps#swiglu}). */
     @Override
     public void swiglu(float[] gate, float[] up, int n) {
+        swiglu(gate, 0, up, n);
+    }
+
+    /** {@link #swiglu(float[], float[], int)} on {@code gate[go .. go + n)} with {@code up[0 .. n)}. */
+    private void swiglu(float[] gate, int go, float[] up, int n) {
         int tasks = (n + SWIGLU_CHUNK - 1) / SWIGLU_CHUNK;
-        parallelFor(tasks, t -> VectorOps.swiglu(gate, t * SWIGLU_CHUNK, up, t * SWIGLU_CHUNK,
+        parallelFor(tasks, t -> VectorOps.swiglu(gate, go + t * SWIGLU_CHUNK, up, t * SWIGLU_CHUNK,
                 Math.min(n, (t + 1) * SWIGLU_CHUNK) - t * SWIGLU_CHUNK));
     }
 
