@@ -65,7 +65,10 @@ public final class Sampler {
         int keep = config.topK() == 0 ? n : Math.min(config.topK(), n);
         long[] order = ranked(logits, keep);
         double max = logits[id(order[0])] / config.temperature();
-        double[] p = new double[keep];
+        if (weights.length < keep) {
+            weights = new double[keep];
+        }
+        double[] p = weights;
         double sum = 0;
         for (int i = 0; i < keep; i++) {
             p[i] = Math.exp(logits[id(order[i])] / config.temperature() - max);
@@ -98,8 +101,12 @@ public final class Sampler {
         return id(order[keep - 1]);
     }
 
-    /** Rank keys of the last {@link #ranked} call; reused, so that a decode step allocates no vocabulary-sized array. */
+    /**
+     * Rank keys of the last {@link #ranked} call and the kept tokens' weights; reused, so that a decode step allocates
+     * no vocabulary-sized array (with the launcher's 4 MiB young generation, such arrays go straight to the old one).
+     */
     private long[] keys = new long[0];
+    private double[] weights = new double[0];
 
     /**
      * The {@code keep} highest logits' {@link #rankKey}s, highest first (equal logits by lower id): the whole
