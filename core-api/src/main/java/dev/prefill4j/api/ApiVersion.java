@@ -17,9 +17,10 @@ public final class ApiVersion {
      * {@code Quantizer.dotPreparedRows}; 1.3: {@code ComputeDevice.feedForward} and {@code feedForwardBlock}; 1.4:
      * {@code Quantizer.dotEncodedRows}; 1.5: {@code Quantizer.encodedDotIsExact}; 1.6: {@code
      * Blocks.ONE_ROW_MAX_COUNT}; 1.7: {@code Quantizer.packForDecode} and {@code PackedMatrix}; 1.8: {@code
-     * Quantizer.packedCopyDecodes} and {@code PackedMatrix.decodeColumns}).
+     * Quantizer.packedCopyDecodes} and {@code PackedMatrix.decodeColumns}; 1.9: a {@code PackedMatrix} may take float32
+     * activations only, {@code preparedBytes()} 0).
      */
-    public static final String CURRENT = "1.8";
+    public static final String CURRENT = "1.9";
 
     private ApiVersion() {
     }

@@ -236,4 +236,44 @@ public final class Blocks {
             throw new IllegalArgumentException(id + ": " + count + " elements is not a multiple of " + blockSize);
         }
     }
+
+    /**
+     * Checks the rows a {@link PackedMatrix} product or {@link PackedMatrix#decodeColumns} is asked for.
+     *
+     * @param firstRow the first row
+     * @param rows     how many rows
+     * @param group    the copy's {@link PackedMatrix#rowGroup()}
+     * @throws IllegalArgumentException unless {@code firstRow} and {@code rows} are whole groups
+     * @since 1.9
+     */
+    public static void checkRowGroups(int firstRow, int rows, int group) {
+        if (firstRow % group != 0 || rows % group != 0) {
+            throw new IllegalArgumentException("rows " + firstRow + ".." + (firstRow + rows) + " are not whole groups of "
+                    + group);
+        }
+    }
+
+    /**
+     * Checks the arguments of {@link PackedMatrix#decodeColumns} for {@code p}: whole row groups, whole blocks of
+     * columns within the row, and no more rows than the column stride holds.
+     *
+     * @param p         the copy
+     * @param firstRow  the first row
+     * @param rows      how many rows
+     * @param fromCol   the first column
+     * @param cols      how many columns
+     * @param dstStride floats from one column to the next
+     * @throws IllegalArgumentException if any of them is out of line
+     * @since 1.9
+     */
+    public static void checkColumns(PackedMatrix p, int firstRow, int rows, int fromCol, int cols, int dstStride) {
+        checkRowGroups(firstRow, rows, p.rowGroup());
+        int block = p.source().format().blockSize();
+        int width = p.source().cols();
+        if (fromCol % block != 0 || cols % block != 0 || fromCol < 0 || fromCol + cols > width || rows > dstStride) {
+            throw new IllegalArgumentException("columns " + fromCol + ".." + (fromCol + cols) + " of " + width
+                    + " are not whole blocks of " + block + " within the row, or " + rows + " rows exceed a stride of "
+                    + dstStride);
+        }
+    }
 }

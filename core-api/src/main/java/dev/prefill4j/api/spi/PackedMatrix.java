@@ -6,10 +6,11 @@ import java.lang.foreign.MemorySegment;
 /**
  * A copy of a weight matrix that its format laid out again for the products of decode steps, one activation row at a
  * time, made by {@link Quantizer#packForDecode}: with activations still encoded in the format's {@linkplain
- * Quantizer#activationFormat() activation format} or its {@linkplain Quantizer#tokenActivationFormat() per-token one},
- * and, where {@link #preparedFloats()} is not 0, with float32 activations. A format offers one where a layout other
- * than the file's lets its kernel do less work per weight: the ternary formats put {@link #rowGroup()} rows side by
- * side, so that one table lookup serves that many rows at once. It may also be no copy at all ({@link #byteSize()}
+ * Quantizer#activationFormat() activation format} or its {@linkplain Quantizer#tokenActivationFormat() per-token one}
+ * where {@link #preparedBytes()} is not 0, and with float32 activations where {@link #preparedFloats()} is not 0 (at
+ * least one of the two). A format offers one where a layout other than the file's lets its kernel do less work per
+ * weight: the ternary formats put {@link #rowGroup()} rows side by side, so that one table lookup serves that many
+ * rows at once; Q4_0 puts 16 rows in the float lanes of a vector. It may also be no copy at all ({@link #byteSize()}
  * 0) but the source's own bytes with something the format checked once: F16 finds a matrix free of infinities and
  * NaN, so that its kernel need not look for them in every vector of every product.
  *
@@ -70,7 +71,12 @@ public interface PackedMatrix {
      */
     void dotRows(int firstRow, int rows, float[] prepared, float[] out, int outIndex);
 
-    /** {@return bytes {@link #prepareActivations} writes for one activation row} */
+    /**
+     * {@return bytes {@link #prepareActivations} writes for one activation row, or 0 where this copy serves float32
+     * activations only} With 0, {@link #preparedFloats()} is not 0, {@link #prepareActivations} and {@link
+     * #dotEncodedRows} throw {@link UnsupportedOperationException}, and products with encoded activations read the
+     * source (since 1.9).
+     */
     int preparedBytes();
 
     /**

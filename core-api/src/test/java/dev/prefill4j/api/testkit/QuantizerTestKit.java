@@ -263,6 +263,11 @@ public final class QuantizerTestKit {
             int group = p.rowGroup();
             check(group > 0 && rows % group == 0, q, "packForDecode of " + rows
                     + " rows gave groups of " + group);
+            if (p.preparedBytes() == 0) { // a copy for float32 activations only: packedFloatDot checks it
+                check(p.preparedFloats() > 0, q, "packForDecode gave a copy that takes neither encoded nor float32"
+                        + " activations");
+                return;
+            }
             for (float[] x : new float[][] {data(n, seed + 1), ones(n)}) {
                 MemorySegment xEnc = Arena.ofAuto().allocate(act.byteSize(n) + 5).asSlice(5);
                 act.encode(x, 0, n, xEnc, 0);

@@ -201,7 +201,7 @@ final class TernaryTable implements PackedMatrix {
      */
     @Override
     public void dotRows(int firstRow, int rows, float[] prepared, float[] out, int outIndex) {
-        checkGroups(firstRow, rows);
+        Blocks.checkRowGroups(firstRow, rows, GROUP);
         var shorts = ShortVector.SPECIES_512;
         var ints = IntVector.SPECIES_512;
         var f = FloatVector.SPECIES_512;
@@ -260,13 +260,7 @@ final class TernaryTable implements PackedMatrix {
     @Override
     public void decodeColumns(int firstRow, int rows, int fromCol, int cols, float[] dst, int dstOffset,
                               int dstStride) {
-        checkGroups(firstRow, rows);
-        if (fromCol % Ternary.QK != 0 || cols % Ternary.QK != 0 || fromCol < 0 || fromCol + cols > source.cols()
-                || rows > dstStride) {
-            throw new IllegalArgumentException("columns " + fromCol + ".." + (fromCol + cols) + " of " + source.cols()
-                    + " are not whole blocks of " + Ternary.QK + " within the row, or " + rows + " rows exceed a stride"
-                    + " of " + dstStride);
-        }
+        Blocks.checkColumns(this, firstRow, rows, fromCol, cols, dstStride);
         var shorts = ShortVector.SPECIES_512;
         var ints = IntVector.SPECIES_512;
         var f = FloatVector.SPECIES_512;
@@ -297,14 +291,6 @@ final class TernaryTable implements PackedMatrix {
         }
     }
 
-    /** @throws IllegalArgumentException unless {@code firstRow} and {@code rows} are whole groups */
-    private static void checkGroups(int firstRow, int rows) {
-        if (firstRow % GROUP != 0 || rows % GROUP != 0) {
-            throw new IllegalArgumentException("rows " + firstRow + ".." + (firstRow + rows) + " are not whole groups of "
-                    + GROUP);
-        }
-    }
-
     /**
      * Bytes ahead of each stream that the kernels touch with a load of their own (see {@link #dotEncodedRows}): in a
      * harness outside the repository (module jars, two threads, 2,048- and 8,192-element rows streamed) 1, 2 and 4
@@ -325,7 +311,7 @@ final class TernaryTable implements PackedMatrix {
      */
     @Override
     public void dotEncodedRows(int firstRow, int rows, byte[] prepared, float[] out, int outIndex) {
-        checkGroups(firstRow, rows);
+        Blocks.checkRowGroups(firstRow, rows, GROUP);
         var shorts = ShortVector.SPECIES_512;
         var bytes = ByteVector.SPECIES_512;
         var ints = IntVector.SPECIES_512;

@@ -5,7 +5,10 @@ import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
+import dev.prefill4j.api.spi.PackedMatrix;
+import dev.prefill4j.api.spi.WeightMatrix;
 import dev.prefill4j.api.testkit.QuantizerTestKit;
+import static org.junit.jupiter.api.Assumptions.assumeTrue;
 import java.lang.foreign.Arena;
 import java.lang.foreign.MemorySegment;
 import java.lang.foreign.ValueLayout;
@@ -54,6 +57,71 @@ class Q4_0FormatsTest {
     void q5_0PassesTheKit() {
         List<String> backends = QuantizerTestKit.verify(new Q5_0Quantizer(), new QuantizerTestKit.Tolerance(1.01 / 32, 1e-5));
         assertEquals(List.of("cpu"), backends);
+    }
+
+    /**
+     * The packed copy ({@link Q4_0Columns}) converts the 16 rows' fp16 scales in int lanes too: 32 rows of 4 blocks,
+     * each block's 16 rows given scales of every kind (zeros of both signs, subnormals, normals of both signs, the
+     * largest finite) in rotating order; its panels equal {@code decode} bit for bit and its products FP64 over the
+     * decoded weights within 1e-5 of the products' magnitudes. A matrix with one infinite or NaN scale is not packed.
+     * Skipped without 16 float lanes, where nothing is packed.
+     */
+    @Test
+    void packedCopyKeepsEveryKindOfScale() {
+        assumeTrue(Q4_0Quantizer.FLOATS.length() == Q4_0Columns.GROUP, "no 16 float lanes here: Q4_0 packs nothing");
+        var q = new Q4_0Quantizer();
+        int rows = 32;
+        int blocks = 4;
+        int n = 32 * blocks;
+        var fp16 = ValueLayout.JAVA_SHORT_UNALIGNED.withOrder(ByteOrder.LITTLE_ENDIAN);
+        short[] scales = {0x0000, (short) 0x8000, 0x0001, (short) 0x8001, 0x03FF, 0x0400, 0x3C00, (short) 0xBC00,
+            0x1234, (short) 0xC321, 0x7BFF, (short) 0xFBFF, 0x2E66, (short) 0x83FF, 0x0200, (short) 0xABCD};
+        Random random = new Random(11);
+        MemorySegment m = Arena.ofAuto().allocate(18L * blocks * rows);
+        for (int r = 0; r < rows; r++) {
+            for (int k = 0; k < blocks; k++) {
+                long o = 18L * (r * blocks + k);
+                m.set(fp16, o, scales[(r + 3 * k) % scales.length]);
+                for (int j = 0; j < 16; j++) {
+                    m.set(ValueLayout.JAVA_BYTE, o + 2 + j, (byte) random.nextInt());
+                }
+            }
+        }
+        float[] w = new float[rows * n];
+        q.decode(m, 0, w, 0, rows * n);
+        try (Arena arena = Arena.ofShared()) {
+            PackedMatrix p = q.packForDecode(new WeightMatrix("scales", q, m, rows, n), arena).orElseThrow();
+            float[] panel = new float[n * rows];
+            p.decodeColumns(0, rows, 0, n, panel, 0, rows);
+            for (int r = 0; r < rows; r++) {
+                for (int c = 0; c < n; c++) {
+                    assertEquals(Float.floatToRawIntBits(w[r * n + c]), Float.floatToRawIntBits(panel[c * rows + r]),
+                            "row " + r + " column " + c);
+                }
+            }
+            float[] x = new float[n];
+            for (int i = 0; i < n; i++) {
+                x[i] = random.nextFloat() * 2 - 1;
+            }
+            float[] prepared = new float[p.preparedFloats()];
+            p.prepareFloats(x, 0, prepared);
+            float[] out = new float[rows];
+            p.dotRows(0, rows, prepared, out, 0);
+            for (int r = 0; r < rows; r++) {
+                double ref = 0;
+                double magnitude = 0;
+                for (int i = 0; i < n; i++) {
+                    ref += (double) w[r * n + i] * x[i];
+                    magnitude += Math.abs((double) w[r * n + i] * x[i]);
+                }
+                assertTrue(Math.abs(out[r] - ref) <= 1e-5 * magnitude, "row " + r + ": " + out[r] + ", FP64 " + ref);
+            }
+            for (short d : new short[] {0x7C00, (short) 0xFC00, 0x7E00}) {
+                m.set(fp16, 18L * (17 * blocks + 2), d);
+                assertTrue(q.packForDecode(new WeightMatrix("scales", q, m, rows, n), arena).isEmpty(),
+                        String.format("a scale 0x%04X was packed", d & 0xFFFF));
+            }
+        }
     }
 
     /**
