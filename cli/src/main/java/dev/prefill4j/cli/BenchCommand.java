@@ -131,7 +131,7 @@ final class BenchCommand implements Callable<Integer> {
         long modelBytes;
         long largestKvBytes = 0;
         // A synthetic model's kernels are readied on one of its layers, for the longest prompt (Engine.readyKernels).
-        try (Engine e = engine.openEngine();
+        try (Engine e = calibrated(engine.openEngine());
              LlamaModel model = engine.loadModel(e, Math.max(1, Arrays.stream(prompts).max().orElse(0)))) {
             LlamaConfig c = model.config();
             SessionOptions base = engine.sessionOptions(0);
@@ -557,6 +557,22 @@ final class BenchCommand implements Callable<Integer> {
         row.put("tokens_per_s_median", tps);
         row.put("gflops", model.config().flops(plain.promptIds().length, n, n) * tps / n / 1e9);
         return row;
+    }
+
+    /**
+     * {@return {@code e}, its FMA peak measured once, before a model is loaded} The measurement's loop is then compiled
+     * while little is resident: measured first right before the first timed run, its two C2 compilations (arenas of
+     * 6.6 and 8.0 MB, {@code -XX:CompileCommand=MemStat}) came on top of the resident model, at the moment the 1B
+     * Q4_0 file's peak resident size was set (2026-12-06, Intel Xeon VM). Closes {@code e} if the measurement fails.
+     */
+    private static Engine calibrated(Engine e) {
+        try {
+            e.device().measurePeakGflops();
+            return e;
+        } catch (RuntimeException | Error x) {
+            e.close();
+            throw x;
+        }
     }
 
     /**
