@@ -10,6 +10,8 @@ import java.lang.invoke.VarHandle;
 import java.nio.ByteOrder;
 import java.nio.file.Files;
 import java.nio.file.Path;
+import java.util.function.IntPredicate;
+import java.util.stream.IntStream;
 
 /**
  * Helpers for format plugins that read and write GGUF-style blocks: little-endian unaligned layouts and the
@@ -235,6 +237,19 @@ public final class Blocks {
         if (count < 0 || count % blockSize != 0) {
             throw new IllegalArgumentException(id + ": " + count + " elements is not a multiple of " + blockSize);
         }
+    }
+
+    /**
+     * Runs {@code packGroup} for row groups {@code 0 .. groups - 1} in parallel (the common fork-join pool), as a
+     * format's {@link Quantizer#packForDecode} packs a copy group by group.
+     *
+     * @param groups    how many groups
+     * @param packGroup packs one group; false where the group cannot be packed
+     * @return whether every group was packed
+     * @since 1.9
+     */
+    public static boolean packGroups(int groups, IntPredicate packGroup) {
+        return IntStream.range(0, groups).parallel().mapToObj(packGroup::test).reduce(true, Boolean::logicalAnd);
     }
 
     /**

@@ -8,7 +8,6 @@ import java.lang.foreign.MemorySegment;
 import java.lang.foreign.ValueLayout;
 import java.nio.ByteOrder;
 import java.util.Optional;
-import java.util.stream.IntStream;
 import jdk.incubator.vector.ByteVector;
 import jdk.incubator.vector.FloatVector;
 import jdk.incubator.vector.IntVector;
@@ -104,9 +103,7 @@ final class TernaryTable implements PackedMatrix {
         int blocks = w.cols() / Ternary.QK;
         int groups = w.rows() / GROUP;
         MemorySegment packed = arena.allocate((long) groups * blocks * GROUP_BLOCK_BYTES, 64);
-        boolean clean = IntStream.range(0, groups).parallel()
-                .mapToObj(g -> packGroup(format, w, g, blocks, packed))
-                .reduce(true, Boolean::logicalAnd);
+        boolean clean = Blocks.packGroups(groups, g -> packGroup(format, w, g, blocks, packed));
         return clean ? Optional.of(new TernaryTable(w, packed)) : Optional.empty();
     }
 

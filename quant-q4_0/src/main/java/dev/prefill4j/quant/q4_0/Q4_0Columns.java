@@ -78,9 +78,7 @@ final class Q4_0Columns implements PackedMatrix {
         int blocks = w.cols() / Q4_0Quantizer.QK;
         int groups = w.rows() / GROUP;
         MemorySegment packed = arena.allocate((long) groups * blocks * GROUP_BLOCK_BYTES, 64);
-        boolean finite = IntStream.range(0, groups).parallel()
-                .mapToObj(g -> packGroup(w, g, blocks, packed))
-                .reduce(true, Boolean::logicalAnd);
+        boolean finite = Blocks.packGroups(groups, g -> packGroup(w, g, blocks, packed));
         return finite ? Optional.of(new Q4_0Columns(w, packed)) : Optional.empty();
     }
 
