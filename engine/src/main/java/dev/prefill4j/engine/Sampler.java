@@ -103,7 +103,7 @@ public final class Sampler {
 
     /**
      * Rank keys of the last {@link #ranked} call and the kept tokens' weights; reused, so that a decode step allocates
-     * no vocabulary-sized array (with the launcher's 4 MiB young generation, such arrays go straight to the old one).
+     * no vocabulary-sized array (1 MiB each at top-k 0 over 128,256 tokens; the launcher's young generation is 4 MiB).
      */
     private long[] keys = new long[0];
     private double[] weights = new double[0];
@@ -111,8 +111,8 @@ public final class Sampler {
     /**
      * The {@code keep} highest logits' {@link #rankKey}s, highest first (equal logits by lower id): the whole
      * vocabulary sorted where {@code keep} is all of it, else a bounded heap's pass over it and a sort of the kept.
-     * Primitive keys, where a sort of boxed ids with a comparator took 26 ms a token over a 128,256-token vocabulary
-     * (a Q4_0 1B decode step is about 60 ms here).
+     * Primitive keys, where a sort of boxed ids with a comparator took about 25 ms a token over a 128,256-token
+     * vocabulary (a Q4_0 1B decode step is about 60 ms; docs/performance-notes.md, Kernels).
      */
     private long[] ranked(float[] logits, int keep) {
         int n = logits.length;

@@ -25,8 +25,8 @@ import jdk.incubator.vector.VectorOperators;
  * {@code x[j]} and {@code x[j + 16]} add them into 16 rows' sums at once; the 16 rows' scales are one vector a block.
  * About seven vector instructions for 32 weights, where the file's layout takes twelve or more, and one stream of
  * weights per 16 rows ({@link #dotRows} has the measurements). Prompts read it too: their panels come out of {@link
- * #decodeColumns} already transposed. llama.cpp repacks Q4_0 for its AVX-512 kernels too (8 rows interleaved, {@code q4_0_8x8}); the
- * layout here is this project's own.
+ * #decodeColumns} already transposed. llama.cpp repacks Q4_0 for its AVX-512 kernels too (8 rows interleaved, {@code
+ * q4_0_8x8}); the layout here is this project's own.
  *
  * <p>Layout, per group of 16 rows and block of 32 elements ({@value #GROUP_BLOCK_BYTES} bytes, as the 16 rows' blocks
  * take in the file; groups' blocks in order): the 16 rows' fp16 scales {@code d}, then 16 times 16 bytes, byte {@code
@@ -274,5 +274,4 @@ final class Q4_0Columns implements PackedMatrix {
             }
         }
     }
-
 }
