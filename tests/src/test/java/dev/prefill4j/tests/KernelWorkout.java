@@ -5,8 +5,15 @@ import dev.prefill4j.api.spi.ComputeDevice;
 import dev.prefill4j.api.spi.Quantizer;
 import dev.prefill4j.api.spi.WeightMatrix;
 import dev.prefill4j.engine.registry.PluginRegistry;
+import java.io.IOException;
+import java.io.UncheckedIOException;
 import java.lang.foreign.Arena;
 import java.lang.foreign.MemorySegment;
+import java.lang.foreign.ValueLayout;
+import java.nio.channels.FileChannel;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.nio.file.StandardOpenOption;
 import java.util.SplittableRandom;
 
 /**
@@ -117,10 +124,28 @@ final class KernelWorkout {
                     waitBudget = Math.max(0, waitBudget - (System.nanoTime() - start));
                 }
                 System.out.println("allocated " + id + " " + k + " " + least / MEASURED_CALLS + " windows " + windows);
-                sink += device(registry, new WeightMatrix("w", q, data, rows, k), iterations / 50);
+                sink += device(registry, new WeightMatrix("w", q, mapped(data), rows, k), iterations / 50);
             }
         }
         System.out.println(sink); // keeps the results live
+    }
+
+    /**
+     * {@return {@code data}'s bytes as a read-only mapping of a temporary file, as a model file's matrices are}: the CPU
+     * device makes the packed copies that stand in for a matrix (Q4_0's, the ternary formats') only for such
+     * mappings, so their kernels run here only so.
+     */
+    private static MemorySegment mapped(MemorySegment data) {
+        try {
+            Path file = Files.createTempFile("kernel-workout", ".bin");
+            file.toFile().deleteOnExit();
+            Files.write(file, data.toArray(ValueLayout.JAVA_BYTE));
+            try (FileChannel ch = FileChannel.open(file, StandardOpenOption.READ)) {
+                return ch.map(FileChannel.MapMode.READ_ONLY, 0, data.byteSize(), Arena.ofAuto());
+            }
+        } catch (IOException e) {
+            throw new UncheckedIOException(e);
+        }
     }
 
     /**
