@@ -23,7 +23,8 @@ import jdk.incubator.vector.VectorOperators;
  * int lanes holds one byte of each of 16 rows, its two nibbles (elements {@code j} and {@code j + 16} of the block)
  * select their values {@code q - 8} by lane permute ({@code vpermd}), and two FMAs with the broadcast activations
  * {@code x[j]} and {@code x[j + 16]} add them into 16 rows' sums at once; the 16 rows' scales are one vector a block.
- * About seven vector instructions for 32 weights, where the file's layout takes twelve or more, and one stream of
+ * Seven vector operations for 32 weights in this source (C2's code not read), where C2's code of the file layout's
+ * kernels takes 13 to 18 instructions a block ({@link Q4_0Quantizer}), and one stream of
  * weights per 16 rows ({@link #dotRows} has the measurements). Prompts read it too: their panels come out of {@link
  * #decodeColumns} already transposed. llama.cpp repacks Q4_0 for its AVX-512 kernels too (8 rows interleaved, {@code
  * q4_0_8x8}); the layout here is this project's own.

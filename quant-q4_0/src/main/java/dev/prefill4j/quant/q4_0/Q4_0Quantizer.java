@@ -562,8 +562,8 @@ public final class Q4_0Quantizer implements Quantizer {
     }
 
     /**
-     * With 16 float lanes, a copy with 16 rows side by side ({@link Q4_0Columns}): its decode products take about
-     * seven vector instructions per 32 weights where {@link #tripleByTable} takes twelve or more. The same bytes as
+     * With 16 float lanes, a copy with 16 rows side by side ({@link Q4_0Columns}): its decode products take seven
+     * vector operations per 32 weights in its source (C2's code not read) where {@link #tripleByTable} takes more. The same bytes as
      * the file's blocks, laid out again.
      */
     @Override
