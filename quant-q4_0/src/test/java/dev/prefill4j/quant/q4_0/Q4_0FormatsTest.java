@@ -60,17 +60,19 @@ class Q4_0FormatsTest {
     }
 
     /**
-     * The packed copy ({@link Q4_0Columns}) converts the 16 rows' fp16 scales in int lanes too: 32 rows of 4 blocks,
+     * The packed copy ({@link Q4_0Columns}) converts the 16 rows' fp16 scales in int lanes too: 48 rows of 4 blocks,
      * each block's 16 rows given scales of every kind (zeros of both signs, subnormals, normals of both signs, the
      * largest finite) in rotating order; its panels equal {@code decode} bit for bit and its products FP64 over the
-     * decoded weights within 1e-5 of the products' magnitudes. A matrix with one infinite or NaN scale is not packed.
-     * Skipped without 16 float lanes, where nothing is packed.
+     * decoded weights within 1e-5 of the products' magnitudes. Three groups of 16 rows: a pair, whose blocks the copy
+     * interleaves, and a last group alone; products and panels of runs from the second and the third group (a run
+     * taking groups of two pairs, and the lone one alone) give the same bits as the whole. A matrix with one infinite
+     * or NaN scale is not packed. Skipped without 16 float lanes, where nothing is packed.
      */
     @Test
     void packedCopyKeepsEveryKindOfScale() {
         assumeTrue(Q4_0Quantizer.FLOATS.length() == Q4_0Columns.GROUP, "no 16 float lanes here: Q4_0 packs nothing");
         var q = new Q4_0Quantizer();
-        int rows = 32;
+        int rows = 48;
         int blocks = 4;
         int n = 32 * blocks;
         var fp16 = ValueLayout.JAVA_SHORT_UNALIGNED.withOrder(ByteOrder.LITTLE_ENDIAN);
@@ -115,6 +117,21 @@ class Q4_0FormatsTest {
                     magnitude += Math.abs((double) w[r * n + i] * x[i]);
                 }
                 assertTrue(Math.abs(out[r] - ref) <= 1e-5 * magnitude, "row " + r + ": " + out[r] + ", FP64 " + ref);
+            }
+            for (int from = 16; from < rows; from += 16) {
+                float[] part = new float[rows - from];
+                p.dotRows(from, rows - from, prepared, part, 0);
+                float[] partPanel = new float[n * part.length];
+                p.decodeColumns(from, part.length, 0, n, partPanel, 0, part.length);
+                for (int r = 0; r < part.length; r++) {
+                    assertEquals(Float.floatToRawIntBits(out[from + r]), Float.floatToRawIntBits(part[r]),
+                            "row " + (from + r) + " of a run from row " + from);
+                    for (int c = 0; c < n; c++) {
+                        assertEquals(Float.floatToRawIntBits(panel[c * rows + from + r]),
+                                Float.floatToRawIntBits(partPanel[c * part.length + r]),
+                                "panel row " + (from + r) + " column " + c + " of a run from row " + from);
+                    }
+                }
             }
             for (short d : new short[] {0x7C00, (short) 0xFC00, 0x7E00}) {
                 m.set(fp16, 18L * (17 * blocks + 2), d);
