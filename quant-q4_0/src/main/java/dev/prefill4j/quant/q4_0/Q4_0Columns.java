@@ -25,16 +25,18 @@ import jdk.incubator.vector.VectorOperators;
  * {@code x[j]} and {@code x[j + 16]} add them into 16 rows' sums at once; the 16 rows' scales are one vector a block.
  * Seven vector operations for 32 weights in this source (C2's code not read), where C2's code of the file layout's
  * kernels takes 13 to 18 instructions a block ({@link Q4_0Quantizer}), and one stream of
- * weights per 32 rows ({@link #dotRows} has the measurements). Prompts read it too: their panels come out of {@link
+ * weights per 32 rows or per 16 ({@link #PAIRED}; {@link #dotRows} has the measurements). Prompts read it too: their panels come out of {@link
  * #decodeColumns} already transposed. llama.cpp repacks Q4_0 for its AVX-512 kernels too (8 rows interleaved, {@code
  * q4_0_8x8}); the layout here is this project's own.
  *
  * <p>Layout, per group of 16 rows and block of 32 elements ({@value #GROUP_BLOCK_BYTES} bytes, as the 16 rows' blocks
  * take in the file): the 16 rows' fp16 scales {@code d}, then 16 times 16 bytes, byte {@code l} of the {@code j}-th
  * holding row {@code 16g + l}'s {@code qs[j]} as the file does (element {@code j} in the low nibble, {@code j + 16} in
- * the high one). Groups go in pairs, and a pair's blocks alternate: block {@code b} of group {@code 2p}, then block
- * {@code b} of group {@code 2p + 1}, then block {@code b + 1} of each ({@link #offset}); a last group without a pair
- * has its blocks in order. So {@link #dotRows}, which takes a pair at a time, reads one stream of weights, not two.
+ * the high one). Where the machine reads one stream a thread fastest ({@link #PAIRED}), groups go in pairs and a
+ * pair's blocks alternate: block {@code b} of group {@code 2p}, then block {@code b} of group {@code 2p + 1}, then
+ * block {@code b + 1} of each ({@link #offset}); a last group without a pair has its blocks in order. So {@link
+ * #dotRows}, which takes a pair at a time, reads one stream of weights, not two. Elsewhere each group's blocks are
+ * in order, group after group.
  *
  * <p>A matrix with an infinite or NaN scale is not packed (the scales are converted in int lanes by a shift and a
  * multiply that keep every finite fp16, subnormals included, and not those); its products read the file as before.
@@ -63,26 +65,41 @@ final class Q4_0Columns implements PackedMatrix {
     private final MemorySegment packed;
     private final int blocks;
     private final int groups;
+    /** Whether pairs of groups interleave their blocks ({@link #PAIRED}). */
+    private final boolean paired;
 
-    private Q4_0Columns(WeightMatrix source, MemorySegment packed) {
+    /**
+     * Whether copies interleave each pair of groups' blocks, so that {@link #dotRows} reads one stream of weights:
+     * where the machine reads one stream a thread faster than several, as {@link Blocks#ONE_ROW_MAX_COUNT} says of it
+     * (not 0). Where it is 0 (Intel processors) the groups' blocks stay in order and the products read two streams,
+     * with loads ahead of both, as they were measured there ({@link #dotRows}).
+     */
+    static final boolean PAIRED = Blocks.ONE_ROW_MAX_COUNT > 0;
+
+    private Q4_0Columns(WeightMatrix source, MemorySegment packed, boolean paired) {
         this.source = source;
         this.packed = packed;
         this.blocks = source.cols() / Q4_0Quantizer.QK;
         this.groups = source.rows() / GROUP;
+        this.paired = paired;
     }
 
     /**
-     * {@return where block {@code b} of group {@code g} starts in the copy of a matrix of {@code groups} groups of
-     * {@code blocks} blocks}: within its pair's blocks, at {@link #stride} bytes a block, the pair's second group one
-     * block after the first.
+     * {@return where block {@code b} of group {@code g} starts in a copy of {@code groups} groups of {@code blocks}
+     * blocks}: {@link #stride} bytes a block; where {@code paired}, within its pair's blocks, the pair's second group
+     * one block after the first.
      */
-    static long offset(int g, int b, int blocks, int groups) {
-        return ((long) (g & ~1) * blocks + (g & 1)) * GROUP_BLOCK_BYTES + (long) b * stride(g, groups);
+    static long offset(int g, int b, int blocks, int groups, boolean paired) {
+        long group = paired ? (long) (g & ~1) * blocks + (g & 1) : (long) g * blocks;
+        return group * GROUP_BLOCK_BYTES + (long) b * stride(g, groups, paired);
     }
 
-    /** {@return the bytes from one block of group {@code g} to its next}: two blocks within a pair, one without. */
-    static long stride(int g, int groups) {
-        return (g | 1) < groups ? 2L * GROUP_BLOCK_BYTES : GROUP_BLOCK_BYTES;
+    /**
+     * {@return the bytes from one block of group {@code g} to its next}: two blocks within a pair where {@code paired},
+     * one otherwise and for a last group without a pair.
+     */
+    static long stride(int g, int groups, boolean paired) {
+        return paired && (g | 1) < groups ? 2L * GROUP_BLOCK_BYTES : GROUP_BLOCK_BYTES;
     }
 
     /**
@@ -91,14 +108,19 @@ final class Q4_0Columns implements PackedMatrix {
      * fork-join pool).
      */
     static Optional<PackedMatrix> pack(WeightMatrix w, Arena arena) {
+        return pack(w, arena, PAIRED);
+    }
+
+    /** {@link #pack(WeightMatrix, Arena)} with the pairs interleaved or not (package-private: tests take both). */
+    static Optional<PackedMatrix> pack(WeightMatrix w, Arena arena, boolean paired) {
         if (Q4_0Quantizer.FLOATS.length() != GROUP || w.rows() % GROUP != 0) {
             return Optional.empty();
         }
         int blocks = w.cols() / Q4_0Quantizer.QK;
         int groups = w.rows() / GROUP;
         MemorySegment packed = arena.allocate((long) groups * blocks * GROUP_BLOCK_BYTES, 64);
-        boolean finite = Blocks.packGroups(groups, g -> packGroup(w, g, blocks, groups, packed));
-        return finite ? Optional.of(new Q4_0Columns(w, packed)) : Optional.empty();
+        boolean finite = Blocks.packGroups(groups, g -> packGroup(w, g, blocks, groups, paired, packed));
+        return finite ? Optional.of(new Q4_0Columns(w, packed, paired)) : Optional.empty();
     }
 
     /**
@@ -106,7 +128,8 @@ final class Q4_0Columns implements PackedMatrix {
      *
      * @return false if a scale is infinite or NaN
      */
-    private static boolean packGroup(WeightMatrix w, int g, int blocks, int groups, MemorySegment packed) {
+    private static boolean packGroup(WeightMatrix w, int g, int blocks, int groups, boolean paired,
+                                     MemorySegment packed) {
         int bytes = Q4_0Quantizer.BYTES;
         long rowBytes = w.rowBytes();
         MemorySegment src = w.data();
@@ -124,7 +147,7 @@ final class Q4_0Columns implements PackedMatrix {
                     block[2 * GROUP + 16 * j + l] = src.get(ValueLayout.JAVA_BYTE, from + 2 + j);
                 }
             }
-            MemorySegment.copy(block, 0, packed, ValueLayout.JAVA_BYTE, offset(g, b, blocks, groups),
+            MemorySegment.copy(block, 0, packed, ValueLayout.JAVA_BYTE, offset(g, b, blocks, groups, paired),
                     GROUP_BLOCK_BYTES);
         }
         return true;
@@ -175,24 +198,32 @@ final class Q4_0Columns implements PackedMatrix {
     }
 
     /**
-     * Two groups of 16 rows a step (one stream of weights; each activation broadcast once for both), per block: 16
+     * Two groups of 16 rows a step (each activation broadcast once for both), per block: 16
      * byte loads of each group, each widened to 16 int lanes, its low and high nibbles looked up in {@link #LEVELS}
      * and multiplied with {@code x[j]} and {@code x[j + 16]} into two running sums (the block's elements in order
      * within each); the block's two sums added and accumulated times the 16 rows' scales, block after block. Each
      * row's product is {@code sum over blocks of d * (sum of (q - 8) x)}, as the format's {@code dot} computes it, to
-     * float rounding; an odd last group is computed as both of a step (the same bits twice). A step's two groups are
-     * a pair of the layout wherever a run starts at an even group, as the CPU device's runs do (whole pairs of row
-     * groups), so that its weights are one stream ({@link #offset}).
+     * float rounding; an odd last group is computed as both of a step (the same bits twice). Where the copy pairs
+     * groups ({@link #PAIRED}), a step's two groups are a pair wherever a run starts at an even group, as the CPU
+     * device's runs do (whole pairs of row groups), so that its weights are one stream ({@link #offset}). Where it does
+     * not, each block also loads a long from each of the five cache lines {@link #AHEAD} bytes ahead in each of the
+     * two streams, added into a sum that only decides the sign of a zero subtracted from the first product, so that
+     * the weights' cache misses start early (as {@code TernaryTable} does; Java has no prefetch instruction).
      *
-     * <p>One stream, not two: a copy of this loop in a harness outside the repository (one thread, 256 MiB of copy,
-     * AMD EPYC Zen 5 VM, 2026-12-06) read 10.1-10.4 GB/s with each group's blocks in order (two streams 18 KiB apart)
-     * and 17.2-18.8 with a pair's blocks interleaved, against 20-22 from L2 or L3 and 30-35 for a plain loop of 64-byte
-     * loads. Loads of each stream's lines 1-8 KiB ahead (kept here until then; they had paid on the Intel Xeon VM with
-     * two streams: {@code ffn_gate+up} 10.8 -> 12.8 GB/s) cost on this VM: 8.0-9.0 against 9.2 GB/s with two streams,
-     * 8.2-15.2 against 18.8 with one. {@code bench -m 1b-q4_0.gguf -p 16 -n 32 -r 2 --profile --verify-tokens 0}, two
-     * alternating pairs: {@code ffn_gate+up} 14.5 and 17.5 -> 26.0 and 21.8 GB/s, {@code ffn_down} 13.8 and 19.4 -> 26.7
-     * and 22.5; {@code -p 512 -n 32 -r 2}: tg32 19.96 and 23.12 -> 38.02 and 37.64 tok/s. Not measured again on the
-     * Intel VM.
+     * <p>{@code bench -m 1b-q4_0.gguf -p 16 -n 32 -r 2 --profile --verify-tokens 0}, Intel Xeon VM (2026-12-06), two
+     * streams: one group a step, {@code ffn_gate+up} 10.8 GB/s without the loads ahead, 12.8 with them 1 or 2 KiB
+     * ahead, 12.2 at 4 KiB (the file's layout through {@code tripleByTable}, same hour: 11.3-11.7); two groups a step,
+     * two alternating pairs: 12.5 and 12.5 against 13.7 and 13.5 GB/s, {@code ffn_down} 12.7 against 15.3 and 15.1,
+     * tg32 16.04 and 16.23 against 17.39 and 17.12 tok/s. Pairs interleaved were not measured there (a plain read ran
+     * faster with two streams a thread than with one, {@link Blocks#ONE_ROW_MAX_COUNT}).
+     *
+     * <p>One stream, not two, on an AMD EPYC Zen 5 VM (2026-12-06): a copy of this loop in a harness outside the
+     * repository (one thread, 256 MiB of copy) read 10.1-10.4 GB/s with each group's blocks in order (two streams 18
+     * KiB apart) and 17.2-18.8 with a pair's blocks interleaved, against 20-22 from L2 or L3 and 30-35 for a plain
+     * loop of 64-byte loads; the loads ahead (1-8 KiB) cost there, 8.0-9.0 against 9.2 GB/s with two streams, 8.2-15.2
+     * against 18.8 with one. In the model, two alternating pairs: {@code ffn_gate+up} 14.5 and 17.5 -> 26.0 and 21.8
+     * GB/s, {@code ffn_down} 13.8 and 19.4 -> 26.7 and 22.5; {@code -p 512 -n 32 -r 2}: tg32 19.96 and 23.12 -> 38.02
+     * and 37.64 tok/s.
      */
     @Override
     public void dotRows(int firstRow, int rows, float[] prepared, float[] out, int outIndex) {
@@ -206,18 +237,27 @@ final class Q4_0Columns implements PackedMatrix {
         IntVector levels = LEVELS;
         FloatVector bias = FloatVector.broadcast(f, FP16_BIAS);
         MemorySegment w = packed;
+        boolean loadAhead = !paired;
+        long last = w.byteSize() - 8;
+        long ahead = 0;
         for (int g = firstRow / GROUP, end = (firstRow + rows) / GROUP; g < end; g += 2) {
             boolean pair = g + 1 < end;
-            long first = offset(g, 0, blocks, groups);
-            long step = stride(g, groups);
-            long first2 = pair ? offset(g + 1, 0, blocks, groups) : first;
-            long step2 = pair ? stride(g + 1, groups) : step;
+            long first = offset(g, 0, blocks, groups, paired);
+            long step = stride(g, groups, paired);
+            long first2 = pair ? offset(g + 1, 0, blocks, groups, paired) : first;
+            long step2 = pair ? stride(g + 1, groups, paired) : step;
             FloatVector acc = FloatVector.zero(f);
             FloatVector acc2 = acc;
             for (int b = 0; b < blocks; b++) {
                 long o = first + b * step;
                 long o2 = first2 + b * step2;
                 int x = b * Q4_0Quantizer.QK;
+                if (loadAhead) {
+                    for (long l = AHEAD; l < AHEAD + 5 * 64; l += 64) { // the five lines the block ahead touches
+                        ahead += w.get(ValueLayout.JAVA_LONG_UNALIGNED, Math.min(o + l, last))
+                                + w.get(ValueLayout.JAVA_LONG_UNALIGNED, Math.min(o2 + l, last));
+                    }
+                }
                 // The 16 rows' scales (see SCALE_BITS); written out here: a helper returning the vector was left
                 // out of line in the model (NodeCountInliningCutoff) and boxed it at every call.
                 FloatVector d = ((IntVector) ShortVector.fromMemorySegment(halves, w, o, LE).convertShape(s2i, ints, 0))
@@ -249,7 +289,16 @@ final class Q4_0Columns implements PackedMatrix {
                 acc2.intoArray(out, at + GROUP);
             }
         }
+        // x - (+0) is x for every float, -0 and NaN included; the compiler cannot drop the loads behind it.
+        out[outIndex] -= (ahead & 1) * 0f;
     }
+
+    /**
+     * Bytes ahead of each stream that {@link #dotRows} touches with loads of its own where the groups' blocks are in
+     * order: 2 KiB (Intel Xeon VM: tg32 17.33 and 18.00 tok/s with two groups a step against 16.98-17.22 at 512 B and
+     * 1 KiB, two rounds).
+     */
+    private static final long AHEAD = 2048;
 
     /**
      * Each group's 16 rows column by column: the nibbles of a byte load are elements {@code j} and {@code j + 16} of
@@ -271,9 +320,9 @@ final class Q4_0Columns implements PackedMatrix {
         MemorySegment w = packed;
         for (int g = firstRow / GROUP, end = (firstRow + rows) / GROUP; g < end; g++) {
             int rowAt = dstOffset + g * GROUP - firstRow;
-            long step = stride(g, groups);
+            long step = stride(g, groups, paired);
             for (int b = fromCol / qk, last = (fromCol + cols) / qk; b < last; b++) {
-                long o = offset(g, 0, blocks, groups) + b * step;
+                long o = offset(g, 0, blocks, groups, paired) + b * step;
                 FloatVector d = ((IntVector) ShortVector.fromMemorySegment(halves, w, o, LE).convertShape(s2i, ints, 0))
                         .lanewise(VectorOperators.LSHL, 13).and(SCALE_BITS).reinterpretAsFloats().mul(bias);
                 int at = rowAt + (b * qk - fromCol) * dstStride;

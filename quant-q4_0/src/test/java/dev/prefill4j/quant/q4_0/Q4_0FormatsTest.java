@@ -63,10 +63,11 @@ class Q4_0FormatsTest {
      * The packed copy ({@link Q4_0Columns}) converts the 16 rows' fp16 scales in int lanes too: 48 rows of 4 blocks,
      * each block's 16 rows given scales of every kind (zeros of both signs, subnormals, normals of both signs, the
      * largest finite) in rotating order; its panels equal {@code decode} bit for bit and its products FP64 over the
-     * decoded weights within 1e-5 of the products' magnitudes. Three groups of 16 rows: a pair, whose blocks the copy
-     * interleaves, and a last group alone; products and panels of runs from the second and the third group (a run
-     * taking groups of two pairs, and the lone one alone) give the same bits as the whole. A matrix with one infinite
-     * or NaN scale is not packed. Skipped without 16 float lanes, where nothing is packed.
+     * decoded weights within 1e-5 of the products' magnitudes. Three groups of 16 rows: a pair and a last group
+     * alone; products and panels of runs from the second and the third group (a run taking groups of two pairs, and
+     * the lone one alone) give the same bits as the whole. Both layouts: pairs' blocks interleaved and groups' blocks
+     * in order ({@link Q4_0Columns#PAIRED}). A matrix with one infinite or NaN scale is not packed. Skipped without 16
+     * float lanes, where nothing is packed.
      */
     @Test
     void packedCopyKeepsEveryKindOfScale() {
@@ -91,14 +92,30 @@ class Q4_0FormatsTest {
         }
         float[] w = new float[rows * n];
         q.decode(m, 0, w, 0, rows * n);
+        for (boolean paired : new boolean[] {true, false}) {
+            checkPackedCopy(q, m, rows, n, w, paired, random);
+        }
         try (Arena arena = Arena.ofShared()) {
-            PackedMatrix p = q.packForDecode(new WeightMatrix("scales", q, m, rows, n), arena).orElseThrow();
+            for (short d : new short[] {0x7C00, (short) 0xFC00, 0x7E00}) {
+                m.set(fp16, 18L * (17 * blocks + 2), d);
+                assertTrue(q.packForDecode(new WeightMatrix("scales", q, m, rows, n), arena).isEmpty(),
+                        String.format("a scale 0x%04X was packed", d & 0xFFFF));
+            }
+        }
+    }
+
+    /** The checks of {@link #packedCopyKeepsEveryKindOfScale} on one layout: pairs interleaved or not. */
+    private static void checkPackedCopy(Q4_0Quantizer q, MemorySegment m, int rows, int n, float[] w, boolean paired,
+                                        Random random) {
+        String layout = paired ? " (pairs interleaved)" : " (groups in order)";
+        try (Arena arena = Arena.ofShared()) {
+            PackedMatrix p = Q4_0Columns.pack(new WeightMatrix("scales", q, m, rows, n), arena, paired).orElseThrow();
             float[] panel = new float[n * rows];
             p.decodeColumns(0, rows, 0, n, panel, 0, rows);
             for (int r = 0; r < rows; r++) {
                 for (int c = 0; c < n; c++) {
                     assertEquals(Float.floatToRawIntBits(w[r * n + c]), Float.floatToRawIntBits(panel[c * rows + r]),
-                            "row " + r + " column " + c);
+                            "row " + r + " column " + c + layout);
                 }
             }
             float[] x = new float[n];
@@ -116,7 +133,8 @@ class Q4_0FormatsTest {
                     ref += (double) w[r * n + i] * x[i];
                     magnitude += Math.abs((double) w[r * n + i] * x[i]);
                 }
-                assertTrue(Math.abs(out[r] - ref) <= 1e-5 * magnitude, "row " + r + ": " + out[r] + ", FP64 " + ref);
+                assertTrue(Math.abs(out[r] - ref) <= 1e-5 * magnitude,
+                        "row " + r + ": " + out[r] + ", FP64 " + ref + layout);
             }
             for (int from = 16; from < rows; from += 16) {
                 float[] part = new float[rows - from];
@@ -125,18 +143,13 @@ class Q4_0FormatsTest {
                 p.decodeColumns(from, part.length, 0, n, partPanel, 0, part.length);
                 for (int r = 0; r < part.length; r++) {
                     assertEquals(Float.floatToRawIntBits(out[from + r]), Float.floatToRawIntBits(part[r]),
-                            "row " + (from + r) + " of a run from row " + from);
+                            "row " + (from + r) + " of a run from row " + from + layout);
                     for (int c = 0; c < n; c++) {
                         assertEquals(Float.floatToRawIntBits(panel[c * rows + from + r]),
                                 Float.floatToRawIntBits(partPanel[c * part.length + r]),
-                                "panel row " + (from + r) + " column " + c + " of a run from row " + from);
+                                "panel row " + (from + r) + " column " + c + " of a run from row " + from + layout);
                     }
                 }
-            }
-            for (short d : new short[] {0x7C00, (short) 0xFC00, 0x7E00}) {
-                m.set(fp16, 18L * (17 * blocks + 2), d);
-                assertTrue(q.packForDecode(new WeightMatrix("scales", q, m, rows, n), arena).isEmpty(),
-                        String.format("a scale 0x%04X was packed", d & 0xFFFF));
             }
         }
     }
