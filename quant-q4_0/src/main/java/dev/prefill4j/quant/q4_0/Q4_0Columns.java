@@ -24,8 +24,8 @@ import jdk.incubator.vector.VectorOperators;
  * select their values {@code q - 8} by lane permute ({@code vpermd}), and two FMAs with the broadcast activations
  * {@code x[j]} and {@code x[j + 16]} add them into 16 rows' sums at once; the 16 rows' scales are one vector a block.
  * Seven vector operations for 32 weights in this source (C2's code not read), where C2's code of the file layout's
- * kernels takes 13 to 18 instructions a block ({@link Q4_0Quantizer}), and one stream of
- * weights per 32 rows or per 16 ({@link #PAIRED}; {@link #dotRows} has the measurements). Prompts read it too: their panels come out of {@link
+ * kernels takes 13 to 18 instructions a block ({@link Q4_0Quantizer}), and one stream of weights per 32 rows or per
+ * 16 ({@link #PAIRED}; {@link #dotRows} has the measurements). Prompts read it too: their panels come out of {@link
  * #decodeColumns} already transposed. llama.cpp repacks Q4_0 for its AVX-512 kernels too (8 rows interleaved, {@code
  * q4_0_8x8}); the layout here is this project's own.
  *
@@ -198,17 +198,17 @@ final class Q4_0Columns implements PackedMatrix {
     }
 
     /**
-     * Two groups of 16 rows a step (each activation broadcast once for both), per block: 16
-     * byte loads of each group, each widened to 16 int lanes, its low and high nibbles looked up in {@link #LEVELS}
-     * and multiplied with {@code x[j]} and {@code x[j + 16]} into two running sums (the block's elements in order
-     * within each); the block's two sums added and accumulated times the 16 rows' scales, block after block. Each
-     * row's product is {@code sum over blocks of d * (sum of (q - 8) x)}, as the format's {@code dot} computes it, to
-     * float rounding; an odd last group is computed as both of a step (the same bits twice). Where the copy pairs
-     * groups ({@link #PAIRED}), a step's two groups are a pair wherever a run starts at an even group, as the CPU
-     * device's runs do (whole pairs of row groups), so that its weights are one stream ({@link #offset}). Where it does
-     * not, each block also loads a long from each of the five cache lines {@link #AHEAD} bytes ahead in each of the
-     * two streams, added into a sum that only decides the sign of a zero subtracted from the first product, so that
-     * the weights' cache misses start early (as {@code TernaryTable} does; Java has no prefetch instruction).
+     * Two groups of 16 rows a step (each activation broadcast once for both), per block: 16 byte loads of each group,
+     * each widened to 16 int lanes, its low and high nibbles looked up in {@link #LEVELS} and multiplied with {@code
+     * x[j]} and {@code x[j + 16]} into two running sums (the block's elements in order within each); the block's two
+     * sums added and accumulated times the 16 rows' scales, block after block. Each row's product is {@code sum over
+     * blocks of d * (sum of (q - 8) x)}, as the format's {@code dot} computes it, to float rounding; an odd last group
+     * is computed as both of a step (the same bits twice). Where the copy pairs groups ({@link #PAIRED}), a step's two
+     * groups are a pair wherever a run starts at an even group, as the CPU device's runs do (whole pairs of row
+     * groups), so that its weights are one stream ({@link #offset}). Where it does not, each block also loads a long
+     * from each of the five cache lines {@link #AHEAD} bytes ahead in each of the two streams, added into a sum that
+     * only decides the sign of a zero subtracted from the first product, so that the weights' cache misses start early
+     * (as {@code TernaryTable} does; Java has no prefetch instruction).
      *
      * <p>{@code bench -m 1b-q4_0.gguf -p 16 -n 32 -r 2 --profile --verify-tokens 0}, Intel Xeon VM (2026-12-06), two
      * streams: one group a step, {@code ffn_gate+up} 10.8 GB/s without the loads ahead, 12.8 with them 1 or 2 KiB
