@@ -92,8 +92,8 @@ class KernelInliningTest {
      * only if it allocates there too. On the Zen 5 VM (2026-12-06) one CI run's workout had Q4_0's packed product
      * allocate 189,280 bytes a call in all of 5,156 windows, and of five workouts beside a busy loop on the other core
      * one had TQ1_0 at 2,048 elements allocate 16,640 bytes a call in all of 3,356, while seven more workouts (and the
-     * test run on its own three times) allocated nothing in either: a C2 compilation that boxes in some processes and
-     * not in others, not a kernel that always does. Why C2 compiles them so there was not found (NOT VERIFIED); a
+     * test run on its own three times) allocated nothing for any format: a C2 compilation that boxes in some processes
+     * and not in others, not a kernel that always does. Why C2 compiles them so there was not found (NOT VERIFIED); a
      * kernel that boxed in a user's process would run at a fraction of its speed for that process's life.
      */
     @Test

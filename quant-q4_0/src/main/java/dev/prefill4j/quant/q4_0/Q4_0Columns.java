@@ -219,8 +219,8 @@ final class Q4_0Columns implements PackedMatrix {
      *
      * <p>One stream, not two, on an AMD EPYC Zen 5 VM (2026-12-06): a copy of this loop in a harness outside the
      * repository (one thread, 256 MiB of copy) read 10.1-10.4 GB/s with each group's blocks in order (two streams 18
-     * KiB apart) and 17.2-18.8 with a pair's blocks interleaved, against 20-22 from L2 or L3 and 30-35 for a plain
-     * loop of 64-byte loads; the loads ahead (1-8 KiB) cost there, 8.0-9.0 against 9.2 GB/s with two streams, 8.2-15.2
+     * KiB apart) and 17.2-18.8 with a pair's blocks interleaved, against 20-22 from L2 or L3 and 30-35 for a plain loop
+     * of 64-byte loads; the loads ahead (1-8 KiB) cost there, 6.5-9.0 against 8.6-9.3 GB/s with two streams, 8.2-15.2
      * against 18.8 with one. In the model, two alternating pairs: {@code ffn_gate+up} 14.5 and 17.5 -> 26.0 and 21.8
      * GB/s, {@code ffn_down} 13.8 and 19.4 -> 26.7 and 22.5; {@code -p 512 -n 32 -r 2}: tg32 19.96 and 23.12 -> 38.02
      * and 37.64 tok/s.
