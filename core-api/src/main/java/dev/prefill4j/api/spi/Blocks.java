@@ -47,7 +47,8 @@ public final class Blocks {
      * two to eight (two threads). So 4,096, or 0 where the processor's vendor is Intel ({@code /proc/cpuinfo}); the
      * system property {@value #ONE_ROW_MAX_COUNT_PROPERTY} overrides it. A format's packed copy may read it too, as
      * which the machine prefers, one stream of weights a thread or several (Q4_0's copy interleaves its pairs of row
-     * groups where it is not 0). A format that follows it must use this one value in every method whose choice
+     * groups where it is not 0; Q8_0's four-row kernel walks a whole row in one loop there, 16 blocks at a time
+     * where it is 0). A format that follows it must use this one value in every method whose choice
      * depends on it, so that {@code dotPreparedRows} gives each row the bits {@code dotPrepared} gives it (the test
      * kit checks that). Where rows group at every length, {@code dotPrepared} still
      * serves a run's odd row, each row of a decode step of two or three activation rows and a single {@code dot}: a
