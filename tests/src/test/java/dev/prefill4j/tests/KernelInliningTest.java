@@ -99,8 +99,8 @@ class KernelInliningTest {
     @Test
     void compiledDecodeProductsBoxNoVectors() throws Exception {
         Cli.Result r = workout();
-        assertTrue(ALLOCATED.matcher(r.out()).results().count() >= 14,
-                "expected an allocation line per format and row length");
+        long seen = ALLOCATED.matcher(r.out()).results().count();
+        assertTrue(seen >= 14, "expected an allocation line per format and row length, saw " + seen);
         List<String> first = allocating(r);
         if (first.isEmpty()) {
             return;
