@@ -14,7 +14,9 @@ import java.util.Map;
  * weights they read; the other steps under fixed names ({@code attention}, {@code rms_norm}, {@code rope}, {@code
  * kv_append}, {@code residual_add}, {@code finite_check}, {@code embedding}, {@code ffn_gate+up} for the fused
  * gate/up product with SwiGLU in its epilogue, {@code ffn (gate, up, down)} for the whole FFN where the device runs it
- * a block of hidden columns at a time (prefill passes of many rows, {@code ComputeDevice#feedForward}); with quantized
+ * a block of hidden columns at a time (prefill passes of many rows, {@code ComputeDevice#feedForward}), the names
+ * joined by {@code +} for a prompt's products of one input run together ({@code attn_q+attn_k+attn_v}, {@code
+ * ComputeDevice#matmulAll}); with quantized
  * activations {@code activation_encode} for rounding a projection's input and {@code swiglu}). {@code prefill4j bench
  * --profile} prints it per test.
  *

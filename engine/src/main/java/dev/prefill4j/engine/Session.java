@@ -14,6 +14,7 @@ import java.util.Map;
 import dev.prefill4j.engine.model.LlamaConfig;
 import dev.prefill4j.engine.model.LlamaModel;
 import java.util.Arrays;
+import java.util.StringJoiner;
 import java.util.function.IntConsumer;
 
 /**
@@ -600,7 +601,9 @@ public final class Session implements AutoCloseable {
     }
 
     /**
-     * Projections of one input: {@code outs[i] = x * ws[i]}. With quantized activations each input row is first
+     * Projections of one input: {@code outs[i] = x * ws[i]}. A prompt's products with float activations go to the
+     * device together ({@link ComputeDevice#matmulAll}: the CPU device lays the rows out for its micro-kernel once
+     * for a layer's query, key and value matrices, and runs their panels as one set of tasks). With quantized activations each input row is first
      * encoded in the weights' activation format (once per format, not once per matrix, so Q/K/V and gate/up share
      * it). A decode step's row, and a prompt's rows before formats whose integer products are not exact ({@link
      * Quantizer#encodedDotIsExact()}: K-quants and ternary formats, whose Q8_K activation scale is a float32), go
@@ -618,6 +621,23 @@ public final class Session implements AutoCloseable {
      * there (tg64 38-47 against 29-33).
      */
     private void project(float[] x, int rows, WeightMatrix[] ws, float[]... outs) {
+        if (rows > 1 && ws.length > 1 && Arrays.stream(ws).noneMatch(w -> activationFormats.containsKey(w.format()))) {
+            // A prompt's float products of one input together (ComputeDevice#matmulAll), timed as one operation.
+            long t = tick();
+            device.matmulAll(ws, x, rows, outs);
+            if (profile != null) {
+                long bytes = 0;
+                long flops = 0;
+                StringJoiner op = new StringJoiner("+");
+                for (WeightMatrix w : ws) {
+                    bytes += bytes(w);
+                    flops += flops(w, rows);
+                    op.add(profile.operationOf(w.name()).replace(".weight", ""));
+                }
+                tock(op.toString(), t, bytes, flops);
+            }
+            return;
+        }
         Quantizer encodedAs = null;
         boolean decoded = false;
         for (int i = 0; i < ws.length; i++) {

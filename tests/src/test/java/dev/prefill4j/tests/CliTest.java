@@ -306,7 +306,7 @@ class CliTest {
     /**
      * {@code bench --profile} on the synthetic tiny geometry in F32 (4 layers, dim 256, 4 KV heads of 32, FFN 768,
      * vocabulary 512, an output matrix of its own): each weight matrix counted under its tensor name once per layer and
-     * token, with exactly its bytes and two FLOPs per weight and token; the other steps as often as the forward pass
+     * token (a prompt's query, key and value products together, as {@code attn_q+attn_k+attn_v}), with exactly its bytes and two FLOPs per weight and token; the other steps as often as the forward pass
      * runs them; the operations' shares
      * adding up to the share reported and covering most of the timed runs.
      */
@@ -331,7 +331,8 @@ class CliTest {
         assertOperation(tg, "rms_norm", 2 * layers + 1, -1);
         assertOperation(tg, "residual_add", 2 * layers, -1);
         // Prefill of 8 tokens: each matrix once per layer for all 8 (1/8 a token), logits for the last position only.
-        assertOperation(pp, "attn_q.weight", layers / 8.0, layers * 256L * 256 * f32 / 8.0);
+        assertOperation(pp, "attn_q+attn_k+attn_v", layers / 8.0, layers * (256L + 128 + 128) * 256 * f32 / 8.0);
+        assertOperation(pp, "attn_output.weight", layers / 8.0, layers * 256L * 256 * f32 / 8.0);
         assertOperation(pp, "output.weight", 1 / 8.0, 512L * 256 * f32 / 8.0);
         // Two FLOPs per weight and token whether the token is prefilled or decoded; logits for one token of eight.
         for (String test : List.of(pp, tg)) {

@@ -222,6 +222,23 @@ final class CpuDevice implements ComputeDevice {
         });
     }
 
+    /**
+     * Prompts' rows (six or more) by matrices whose outputs are whole panels go through {@link #matmulPanels} together;
+     * anything else one {@link #matmul} at a time.
+     */
+    @Override
+    public void matmulAll(WeightMatrix[] ws, float[] x, int rows, float[]... outs) {
+        boolean together = rows >= 6 && ws.length > 1 && ws.length == outs.length;
+        for (WeightMatrix w : ws) {
+            together &= w.rows() % PANEL == 0 && w.cols() == ws[0].cols();
+        }
+        if (together) {
+            matmulPanels(ws, x, rows, outs, PANEL);
+        } else {
+            ComputeDevice.super.matmulAll(ws, x, rows, outs);
+        }
+    }
+
     @Override
     public void matmulExact(WeightMatrix w, float[] x, int rows, float[] out) {
         if (rows >= 6 && VectorOps.FLOATS.length() == 16 && w.rows() % EXACT_PANEL == 0) {
@@ -620,14 +637,34 @@ final class CpuDevice implements ComputeDevice {
      * with {@link VectorOps#kernel6x4}; the rows after the last group go through it too, padded ({@link #tailRows}).
      */
     private void matmulPanels(WeightMatrix w, float[] x, int rows, float[] out, int panel) {
-        int n = w.rows();
-        PanelPlan plan = new PanelPlan(w, panel, promptCopy(w));
-        boolean packed = packRows(x, rows, w.cols(), panel);
+        matmulPanels(new WeightMatrix[] {w}, x, rows, new float[][] {out}, panel);
+    }
+
+    /**
+     * {@link #matmulPanels} of one input by several matrices of its width: the rows packed once for all of them
+     * ({@link #packRows}), every matrix's panels one set of tasks (in order, so a thread's contiguous share streams
+     * one stretch of weights), and a wait for the workers once instead of once a matrix.
+     */
+    private void matmulPanels(WeightMatrix[] ws, float[] x, int rows, float[][] outs, int panel) {
+        int k = ws[0].cols();
+        PanelPlan[] plans = new PanelPlan[ws.length];
+        int[] firstTask = new int[ws.length + 1]; // matrix m's panels are tasks firstTask[m] .. firstTask[m + 1] - 1
+        for (int m = 0; m < ws.length; m++) {
+            plans[m] = new PanelPlan(ws[m], panel, promptCopy(ws[m]));
+            firstTask[m + 1] = firstTask[m] + ws[m].rows() / panel;
+        }
+        boolean packed = packRows(x, rows, k, panel);
         try {
-            parallelFor(n / panel, pi -> panelProduct(w, plan, x, packed, w.cols(), rows, pi * panel, out, pi * panel,
-                    n, 0, w.cols()));
+            parallelFor(firstTask[ws.length], task -> {
+                int m = 0;
+                while (task >= firstTask[m + 1]) {
+                    m++;
+                }
+                int o0 = (task - firstTask[m]) * panel;
+                panelProduct(ws[m], plans[m], x, packed, k, rows, o0, outs[m], o0, ws[m].rows(), 0, k);
+            });
         } finally {
-            unpackRows(packed, x, rows, w.cols());
+            unpackRows(packed, x, rows, k);
         }
     }
 

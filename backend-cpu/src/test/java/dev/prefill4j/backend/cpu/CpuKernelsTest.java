@@ -123,6 +123,56 @@ class CpuKernelsTest {
     }
 
     /**
+     * {@code matmulAll} of one input by three matrices (as a layer's query, key and value) against FP64, with the
+     * tolerance of {@link #matmulMatchesFp64}, and bit for bit against one {@code matmul} each on the same device;
+     * the input left as it was given. Shapes: outputs in whole panels (the rows packed once for all three, their
+     * panels one set of tasks: a prompt's six or more rows, with K in one slice and in three, and rows after the last
+     * group), one matrix not in whole panels, and too few rows (both one {@code matmul} at a time).
+     */
+    @ParameterizedTest
+    @CsvSource({"13,128,64,172,2", "40,192,128,4500,2", "6,64,64,33,1", "13,128,37,172,2", "3,128,64,172,2"})
+    void matmulAllHasTheBitsOfOneMatmulEach(int rows, int nq, int nkv, int k, int threads) {
+        SplittableRandom rnd = new SplittableRandom(rows * 131L + nq * 17L + nkv * 5L + k);
+        int[] ns = {nq, nkv, nkv};
+        float[][] ws = new float[3][];
+        WeightMatrix[] ms = new WeightMatrix[3];
+        for (int m = 0; m < 3; m++) {
+            ws[m] = random(rnd, ns[m] * k);
+            MemorySegment data = Arena.ofAuto().allocate(4L * ns[m] * k);
+            MemorySegment.copy(ws[m], 0, data, F32, 0, ws[m].length);
+            ms[m] = new WeightMatrix("w" + m, new TestF32(), data, ns[m], k);
+        }
+        float[] x = random(rnd, rows * k);
+        float[] given = x.clone();
+        float[][] outs = new float[3][];
+        for (int m = 0; m < 3; m++) {
+            outs[m] = new float[rows * ns[m]];
+            Arrays.fill(outs[m], Float.NaN);
+        }
+        try (ComputeDevice d = new CpuBackend().create(new BackendContext(threads))) {
+            d.matmulAll(ms, x, rows, outs);
+            assertArrayEquals(given, x, "the activations as they were given");
+            for (int m = 0; m < 3; m++) {
+                float[] one = new float[rows * ns[m]];
+                d.matmul(ms[m], x, rows, one);
+                assertArrayEquals(one, outs[m], "matrix " + m + " against its own matmul");
+                for (int r = 0; r < rows; r++) {
+                    for (int o = 0; o < ns[m]; o++) {
+                        double ref = 0;
+                        double mag = 0;
+                        for (int i = 0; i < k; i++) {
+                            ref += (double) ws[m][o * k + i] * x[r * k + i];
+                            mag += Math.abs((double) ws[m][o * k + i] * x[r * k + i]);
+                        }
+                        assertEquals(ref, outs[m][r * ns[m] + o], 1e-5 * mag + 1e-30,
+                                "matrix " + m + " row " + r + " out " + o);
+                    }
+                }
+            }
+        }
+    }
+
+    /**
      * Gate/up with SwiGLU in the epilogue, on shapes that take each of its paths (dots for 1-3 rows, runs of rows
      * through {@code dotPreparedRows} for one row of 2,048 or more, a last run shorter than the others, panels for six
      * or more rows and outputs a multiple of the panel, including K past one slice, and the unfused fallback): against

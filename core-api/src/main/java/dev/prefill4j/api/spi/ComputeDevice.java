@@ -33,6 +33,28 @@ public interface ComputeDevice extends AutoCloseable {
     void matmul(WeightMatrix w, float[] x, int rows, float[] out);
 
     /**
+     * {@link #matmul} of one input by several matrices ({@code outs[i] = x * ws[i]}, the same values as one call each),
+     * as a layer's query, key and value projections are. Devices override it to share the work that depends only on
+     * the input: the CPU device lays a prompt's rows out for its micro-kernel once for all the matrices and runs their
+     * panels as one set of tasks. The default calls {@link #matmul} for each.
+     *
+     * @param ws   weight matrices, all with {@code x}'s row width as their column count
+     * @param x    activations {@code [rows][cols]}
+     * @param rows activation rows
+     * @param outs results, {@code outs[i]} {@code [rows][ws[i].rows()]}
+     * @throws IllegalArgumentException if {@code ws} and {@code outs} differ in length
+     * @since 1.10
+     */
+    default void matmulAll(WeightMatrix[] ws, float[] x, int rows, float[]... outs) {
+        if (ws.length != outs.length) {
+            throw new IllegalArgumentException(ws.length + " matrices but " + outs.length + " outputs");
+        }
+        for (int i = 0; i < ws.length; i++) {
+            matmul(ws[i], x, rows, outs[i]);
+        }
+    }
+
+    /**
      * As {@link #matmul}, but each dot product is accumulated in double precision and rounded to float once, so the
      * result is the exact dot product of the given floats, correctly rounded. The engine uses it with quantized
      * activations: llama.cpp's integer dot products are exact within a block, and float accumulation would differ
