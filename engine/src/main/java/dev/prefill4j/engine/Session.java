@@ -602,23 +602,23 @@ public final class Session implements AutoCloseable {
 
     /**
      * Projections of one input: {@code outs[i] = x * ws[i]}. A prompt's products with float activations go to the
-     * device together ({@link ComputeDevice#matmulAll}: the CPU device lays the rows out for its micro-kernel once
-     * for a layer's query, key and value matrices, and runs their panels as one set of tasks). With quantized activations each input row is first
-     * encoded in the weights' activation format (once per format, not once per matrix, so Q/K/V and gate/up share
-     * it). A decode step's row, and a prompt's rows before formats whose integer products are not exact ({@link
-     * Quantizer#encodedDotIsExact()}: K-quants and ternary formats, whose Q8_K activation scale is a float32), go
-     * encoded to the integer products ({@link ComputeDevice#matmulEncoded}); otherwise the rows are decoded back to
-     * floats ({@link #decodesPrompts}). Formats without an integer dot product, and a prompt's rows before a format
-     * whose integer products are exact (Q4_0, Q8_0), then accumulate exactly ({@link ComputeDevice#matmulExact}, a
-     * GEMM in double on the CPU device): numerically the integer products, up to double rounding, so a prompt's
-     * logits do not depend on how it is split into chunks. Prompts of the 1B Q4_0 and Q8_0 files ran at 25-28 tok/s
-     * (pp512, Zen 5 VM) through the integer products and at 69-77 through the exact GEMM. Per-token activations
-     * (BitNet b1.58's rounding, {@link SessionOptions.Activations#PER_TOKEN}) of more than one row, a prompt's, go
-     * decoded to the float GEMM ({@link ComputeDevice#matmul}): the same rounded activations times the same weights,
-     * the sums in float instead of exact integers, at the GEMM's speed. Through the integer products a prompt ran at
-     * 39-86 tok/s (pp512, 1B TQ2_0 file, Zen 5 VM; 22-106 in a four-row form C2 compiled unevenly), through the GEMM
-     * at 126-150, about the float mode's speed; decode steps keep the integer products, faster than the float dots
-     * there (tg64 38-47 against 29-33).
+     * device together ({@link ComputeDevice#matmulAll}: the CPU device lays the rows out for its micro-kernel once for
+     * a layer's query, key and value matrices, and runs their panels as one set of tasks). With quantized activations
+     * each input row is first encoded in the weights' activation format (once per format, not once per matrix, so Q/K/V
+     * and gate/up share it). A decode step's row, and a prompt's rows before formats whose integer products are not
+     * exact ({@link Quantizer#encodedDotIsExact()}: K-quants and ternary formats, whose Q8_K activation scale is a
+     * float32), go encoded to the integer products ({@link ComputeDevice#matmulEncoded}); otherwise the rows are
+     * decoded back to floats ({@link #decodesPrompts}). Formats without an integer dot product, and a prompt's rows
+     * before a format whose integer products are exact (Q4_0, Q8_0), then accumulate exactly ({@link
+     * ComputeDevice#matmulExact}, a GEMM in double on the CPU device): numerically the integer products, up to double
+     * rounding, so a prompt's logits do not depend on how it is split into chunks. Prompts of the 1B Q4_0 and Q8_0
+     * files ran at 25-28 tok/s (pp512, Zen 5 VM) through the integer products and at 69-77 through the exact GEMM.
+     * Per-token activations (BitNet b1.58's rounding, {@link SessionOptions.Activations#PER_TOKEN}) of more than one
+     * row, a prompt's, go decoded to the float GEMM ({@link ComputeDevice#matmul}): the same rounded activations times
+     * the same weights, the sums in float instead of exact integers, at the GEMM's speed. Through the integer products
+     * a prompt ran at 39-86 tok/s (pp512, 1B TQ2_0 file, Zen 5 VM; 22-106 in a four-row form C2 compiled unevenly),
+     * through the GEMM at 126-150, about the float mode's speed; decode steps keep the integer products, faster than
+     * the float dots there (tg64 38-47 against 29-33).
      */
     private void project(float[] x, int rows, WeightMatrix[] ws, float[]... outs) {
         if (rows > 1 && ws.length > 1 && Arrays.stream(ws).noneMatch(w -> activationFormats.containsKey(w.format()))) {

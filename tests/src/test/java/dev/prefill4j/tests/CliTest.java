@@ -306,9 +306,9 @@ class CliTest {
     /**
      * {@code bench --profile} on the synthetic tiny geometry in F32 (4 layers, dim 256, 4 KV heads of 32, FFN 768,
      * vocabulary 512, an output matrix of its own): each weight matrix counted under its tensor name once per layer and
-     * token (a prompt's query, key and value products together, as {@code attn_q+attn_k+attn_v}), with exactly its bytes and two FLOPs per weight and token; the other steps as often as the forward pass
-     * runs them; the operations' shares
-     * adding up to the share reported and covering most of the timed runs.
+     * token (a prompt's query, key and value products together, as {@code attn_q+attn_k+attn_v}), with exactly its
+     * bytes and two FLOPs per weight and token; the other steps as often as the forward pass runs them; the
+     * operations' shares adding up to the share reported and covering most of the timed runs.
      */
     @Test
     void benchProfilesEachOperation() throws Exception {

@@ -25,13 +25,14 @@ import jdk.incubator.vector.VectorOperators;
  * contiguous share of a loop's tasks, so it streams one stretch of a weight matrix, then helps with what is left of
  * the others', so a thread that starts late only takes fewer tasks.
  *
- * <p>GEMM has three shapes. Prefill (six or more activation rows, outputs a multiple of {@link #PANEL}): a task
- * decodes a panel of weight rows once, transposes it K-major into an L2-resident buffer and runs every block of six
- * rows, packed six to a K step once per GEMM (once for all the matrices of one {@link #matmulAll}), through {@link
- * VectorOps#kernel6x4} (24 accumulators, no horizontal sums; 16-lane vectors), or every block of four through {@link VectorOps#kernel4x2} (8 accumulators, for AVX2's 16
- * registers). Decode steps (up to three rows): the format's fused {@code dot}, weights read straight from the model
- * file. Otherwise (odd shapes): weight tiles decoded row-major and dot products four rows at a time, with lane sums in
- * a fixed order. All accumulate each output in a fixed order, so results do not depend on JIT warm-up.
+ * <p>GEMM has three shapes. Prefill (six or more activation rows, outputs a multiple of {@link #PANEL}): a task decodes
+ * a panel of weight rows once, transposes it K-major into an L2-resident buffer and runs every block of six rows,
+ * packed six to a K step once per GEMM (once for all the matrices of one {@link #matmulAll}), through {@link
+ * VectorOps#kernel6x4} (24 accumulators, no horizontal sums; 16-lane vectors), or every block of four through {@link
+ * VectorOps#kernel4x2} (8 accumulators, for AVX2's 16 registers). Decode steps (up to three rows): the format's fused
+ * {@code dot}, weights read straight from the model file. Otherwise (odd shapes): weight tiles decoded row-major and
+ * dot products four rows at a time, with lane sums in a fixed order. All accumulate each output in a fixed order, so
+ * results do not depend on JIT warm-up.
  */
 final class CpuDevice implements ComputeDevice {
     /** Bytes of decoded weights per tile: small enough to stay in L2 while all activation rows pass over it. */
