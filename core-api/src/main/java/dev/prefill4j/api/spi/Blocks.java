@@ -45,16 +45,15 @@ public final class Blocks {
      * pairs each) 1.27-1.28x for F16, 1.12x for Q4_0 and, with its Q4_K rows paired as well as its Q6_K ones,
      * 1.15-1.17x for Q4_K_M; a plain read of memory there ran at 19.5 GB/s with one stream a thread and at 25-28 with
      * two to eight (two threads). So 4,096, or 0 where the processor's vendor is Intel ({@code /proc/cpuinfo}); the
-     * system property {@value #ONE_ROW_MAX_COUNT_PROPERTY} overrides it. A format's packed copy may read it too, as
-     * which the machine prefers, one stream of weights a thread or several (Q4_0's copy interleaves its pairs of row
-     * groups where it is not 0; Q8_0's four-row kernel walks a whole row in one loop there, 16 blocks at a time
-     * where it is 0). A format that follows it must use this one value in every method whose choice
-     * depends on it, so that {@code dotPreparedRows} gives each row the bits {@code dotPrepared} gives it (the test
-     * kit checks that). Where rows group at every length, {@code dotPrepared} still
-     * serves a run's odd row, each row of a decode step of two or three activation rows and a single {@code dot}: a
-     * format that groups rows needs a fast one-row form of its grouping kernel too (Q4_K's pair kernel has one; Q4_K
-     * kept a limit of its own until it did, as its pair kernel over a row twice had cost bursts of three a quarter of
-     * their speed).
+     * system property {@value #ONE_ROW_MAX_COUNT_PROPERTY} overrides it. A format's kernels may read it too, as the
+     * machine's preference between one stream of weights a thread and several (Q4_0's copy interleaves its pairs of row
+     * groups where it is not 0; Q8_0's four-row kernel walks a whole row in one loop there, 16 blocks at a time where
+     * it is 0). A format that follows it must use this one value in every method whose choice depends on it, so that
+     * {@code dotPreparedRows} gives each row the bits {@code dotPrepared} gives it (the test kit checks that). Where
+     * rows group at every length, {@code dotPrepared} still serves a run's odd row, each row of a decode step of two or
+     * three activation rows and a single {@code dot}: a format that groups rows needs a fast one-row form of its
+     * grouping kernel too (Q4_K's pair kernel has one; Q4_K kept a limit of its own until it did, as its pair kernel
+     * over a row twice had cost bursts of three a quarter of their speed).
      *
      * @since 1.6
      */

@@ -320,9 +320,10 @@ final class Q4_0Columns implements PackedMatrix {
         MemorySegment w = packed;
         for (int g = firstRow / GROUP, end = (firstRow + rows) / GROUP; g < end; g++) {
             int rowAt = dstOffset + g * GROUP - firstRow;
+            long first = offset(g, 0, blocks, groups, paired);
             long step = stride(g, groups, paired);
             for (int b = fromCol / qk, last = (fromCol + cols) / qk; b < last; b++) {
-                long o = offset(g, 0, blocks, groups, paired) + b * step;
+                long o = first + b * step;
                 FloatVector d = ((IntVector) ShortVector.fromMemorySegment(halves, w, o, LE).convertShape(s2i, ints, 0))
                         .lanewise(VectorOperators.LSHL, 13).and(SCALE_BITS).reinterpretAsFloats().mul(bias);
                 int at = rowAt + (b * qk - fromCol) * dstStride;
