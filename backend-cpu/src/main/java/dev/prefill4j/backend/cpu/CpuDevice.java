@@ -635,7 +635,8 @@ final class CpuDevice implements ComputeDevice {
     /**
      * Prefill GEMM: tasks are panels of {@code panel} outputs; a task decodes its weight rows once, transposes them
      * into a K-major panel that stays in L2, and runs every group of six activation rows ({@link #packRows}) over it
-     * with {@link VectorOps#kernel6x4}; the rows after the last group go through it too, padded ({@link #tailRows}).
+     * with {@link VectorOps#kernel6x4}; the rows after the last group go through it too, packed once as a group padded
+     * with zero rows ({@link PackedRows}).
      */
     private void matmulPanels(WeightMatrix w, float[] x, int rows, float[] out, int panel) {
         matmulPanels(new WeightMatrix[] {w}, x, rows, new float[][] {out}, panel);
@@ -654,7 +655,7 @@ final class CpuDevice implements ComputeDevice {
             plans[m] = new PanelPlan(ws[m], panel, promptCopy(ws[m]));
             firstTask[m + 1] = firstTask[m] + ws[m].rows() / panel;
         }
-        boolean packed = packRows(x, rows, k, panel);
+        PackedRows packed = packRows(x, rows, k, panel);
         try {
             parallelFor(firstTask[ws.length], task -> {
                 int m = 0;
@@ -671,6 +672,34 @@ final class CpuDevice implements ComputeDevice {
 
     /** Per worker thread: one six-row group while {@link #packRows} rearranges it. */
     private final ThreadLocal<float[]> groupBuffer = new ThreadLocal<>();
+    /** Per calling thread: the rows after a product's last six-row group, packed as one ({@link PackedRows}). */
+    private final ThreadLocal<float[]> rowsTailBuffer = new ThreadLocal<>();
+    /** Per calling thread: {@link #feedForward}'s hidden rows after the last six-row group, packed as one. */
+    private final ThreadLocal<float[]> hiddenTailBuffer = new ThreadLocal<>();
+
+    /**
+     * Activation rows laid out for {@link VectorOps#kernel6x4}: the full six-row groups packed where they are ({@link
+     * #packRows}), and the rows after them (fewer than six) packed once more as a group of their own in {@code tail}
+     * from {@code tailAt} (a cache-line boundary), {@code 6 * xStride} floats whose missing rows are zero, or {@code
+     * tail} null where the rows are whole groups. Every panel's kernel reads that group as it reads a full one, where
+     * each panel had packed and padded the tail rows itself, the 1B F16 file's pp512 spending about 1% of its time
+     * there ({@code perf}, 2026-12-06).
+     */
+    private record PackedRows(float[] tail, int tailAt) { }
+
+    /**
+     * {@return room for a tail group of {@code xStride} columns in {@code perThread}, zeroed, or a packing without a
+     * tail where {@code rows} are whole groups}
+     */
+    private static PackedRows tailPacking(ThreadLocal<float[]> perThread, int rows, int xStride) {
+        if (rows % 6 == 0) {
+            return new PackedRows(null, 0);
+        }
+        float[] tail = buffer(perThread, 6 * xStride + LineAlignment.SLACK);
+        int at = LineAlignment.floatsToLine(tail);
+        Arrays.fill(tail, at, at + 6 * xStride, 0f);
+        return new PackedRows(tail, at);
+    }
 
     /**
      * Rearranges {@code x}'s full groups of six rows ({@code xStride} floats each) in place for {@link
@@ -678,15 +707,27 @@ final class CpuDevice implements ComputeDevice {
      * own span; the rows after the last group stay where they are. One pass across the workers; every panel's kernels
      * then read one stream of activations instead of six. In place, so that it costs no memory beside a group per
      * thread (a copy of the rows took 2-4 MiB more, and the 1B Q4_0 file's peak past its aim); {@link #unpackRows}
-     * puts the rows back before the product returns.
+     * puts the rows back before the product returns. The rows after the last group are packed into a group of their
+     * own beside {@code x} ({@link PackedRows}), by one more task.
      *
-     * @return whether the rows were packed: false where the six-row kernel does not run
+     * @return the packing, or null where the six-row kernel does not run (and the rows stay as they are)
      */
-    private boolean packRows(float[] x, int rows, int xStride, int panel) {
+    private PackedRows packRows(float[] x, int rows, int xStride, int panel) {
         if (panel != 4 * VectorOps.FLOATS.length() || rows < 6) {
-            return false;
+            return null;
         }
-        parallelFor(rows / 6, g -> {
+        int groups = rows / 6;
+        PackedRows packing = tailPacking(rowsTailBuffer, rows, xStride);
+        parallelFor(groups + (packing.tail() == null ? 0 : 1), g -> {
+            if (g == groups) { // the tail, into its own group
+                for (int j = 0; 6 * groups + j < rows; j++) {
+                    int at = (6 * groups + j) * xStride;
+                    for (int t = 0; t < xStride; t++) {
+                        packing.tail()[packing.tailAt() + 6 * t + j] = x[at + t];
+                    }
+                }
+                return;
+            }
             int base = 6 * g * xStride; // where the group starts in both layouts
             float[] group = buffer(groupBuffer, 6 * xStride);
             System.arraycopy(x, base, group, 0, 6 * xStride);
@@ -699,12 +740,12 @@ final class CpuDevice implements ComputeDevice {
                 x[base + 6 * t + 5] = group[5 * xStride + t];
             }
         });
-        return true;
+        return packing;
     }
 
     /** Undoes {@link #packRows} where it {@code packed}: {@code x}'s full six-row groups back to rows. */
-    private void unpackRows(boolean packed, float[] x, int rows, int xStride) {
-        if (!packed) {
+    private void unpackRows(PackedRows packed, float[] x, int rows, int xStride) {
+        if (packed == null) {
             return;
         }
         parallelFor(rows / 6, g -> {
@@ -754,7 +795,7 @@ final class CpuDevice implements ComputeDevice {
      * One panel of the prefill GEMM: {@code out[oo + r * outStride + i] = x[r] . w[o0 + i]} for {@code i < panel},
      * {@code r < rows}.
      */
-    private void panelProduct(WeightMatrix w, PanelPlan plan, float[] x, boolean packed, int rows, int o0,
+    private void panelProduct(WeightMatrix w, PanelPlan plan, float[] x, PackedRows packed, int rows, int o0,
             float[] out, int oo, int outStride) {
         panelProduct(w, plan, x, packed, w.cols(), rows, o0, out, oo, outStride, 0, w.cols());
     }
@@ -763,12 +804,12 @@ final class CpuDevice implements ComputeDevice {
      * {@link #panelProduct} over columns {@code [kFrom, kTo)} of {@code w} only ({@code kFrom} a multiple of the
      * plan's slice), from activations that hold just those columns, {@code xStride} floats a row: with {@code kFrom >
      * 0} each output continues the sum already in {@code out}, so running the column ranges of a matrix one after
-     * another in order gives the bits of one call over all of them. {@code packed}: whether {@code x}'s full six-row
-     * groups are packed ({@link #packRows}, with the same {@code xStride}); false where fewer than six rows or the
-     * two-vector panels of 8 lanes run. The rows after the last group are rows either way.
+     * another in order gives the bits of one call over all of them. {@code packed}: how {@code x}'s full six-row
+     * groups and the rows after them are packed ({@link #packRows}, with the same {@code xStride}); null where fewer
+     * than six rows or the two-vector panels of 8 lanes run, and {@code x} holds plain rows.
      */
-    private void panelProduct(WeightMatrix w, PanelPlan plan, float[] x, boolean packed, int xStride, int rows, int o0,
-            float[] out, int oo, int outStride, int kFrom, int kTo) {
+    private void panelProduct(WeightMatrix w, PanelPlan plan, float[] x, PackedRows packed, int xStride, int rows,
+            int o0, float[] out, int oo, int outStride, int kFrom, int kTo) {
         if (!panelKernelsReady.get() && panelKernelsReady.compareAndSet(false, true)) {
             readyPanelKernels();
         }
@@ -816,10 +857,14 @@ final class CpuDevice implements ComputeDevice {
             }
             int r = 0;
             if (panel == 4 * lanes) {
-                if (packed) { // the rows' full groups of six; the rest row-major after them
+                if (packed != null) { // the rows' full groups of six, then the tail's group
                     for (; r + 6 <= rows; r += 6) {
                         VectorOps.kernel6x4(rowBuf, wt, len, x, r * xStride + 6 * xt, out, oo + r * outStride,
                                 outStride, t0 > 0);
+                    }
+                    if (r < rows) {
+                        packedTailProduct(rowBuf, wt, len, panel, packed, xt, r, rows, out, oo, outStride, t0 > 0);
+                        r = rows;
                     }
                 }
             } else {
@@ -842,6 +887,26 @@ final class CpuDevice implements ComputeDevice {
 
     /** Per worker thread: the rows after a panel's last full group, padded to one, and their outputs. */
     private final ThreadLocal<float[]> tailBuffer = new ThreadLocal<>();
+
+    /**
+     * Rows {@code r0 .. rows} (fewer than six) of a packed product through {@link VectorOps#kernel6x4} from their
+     * group in {@code packed.tail()}, into a tile of outputs that starts from their sums in {@code out} where {@code
+     * add}; the results of those rows are copied back and the zero rows' dropped, as {@link #tailRows} does for rows
+     * it packs itself: the same FMA chains, so the same bits.
+     */
+    private void packedTailProduct(float[] rowBuf, int wt, int len, int panel, PackedRows packed, int xt, int r0,
+                                   int rows, float[] out, int oo, int outStride, boolean add) {
+        int m = rows - r0;
+        float[] b = buffer(tailBuffer, 6 * panel + LineAlignment.SLACK);
+        int os = LineAlignment.floatsToLine(b);
+        for (int j = 0; add && j < m; j++) {
+            System.arraycopy(out, oo + (r0 + j) * outStride, b, os + j * panel, panel);
+        }
+        VectorOps.kernel6x4(rowBuf, wt, len, packed.tail(), packed.tailAt() + 6 * xt, b, os, panel, add);
+        for (int j = 0; j < m; j++) {
+            System.arraycopy(b, os + j * panel, out, oo + (r0 + j) * outStride, panel);
+        }
+    }
 
     /**
      * Rows {@code r0 .. r1} (fewer than a group, row-major at {@code x[r * xStride + xt ..]}) through the same
@@ -971,10 +1036,10 @@ final class CpuDevice implements ComputeDevice {
         }
         PanelPlan gatePlan = new PanelPlan(gate, panel, promptCopy(gate));
         PanelPlan upPlan = new PanelPlan(up, panel, promptCopy(up));
-        boolean packed = packRows(x, rows, k, panel);
+        PackedRows packed = packRows(x, rows, k, panel);
         try {
             parallelFor(n / panel, pi -> swiGLUPanel(gate, gatePlan, up, upPlan, x, packed, rows, pi * panel, out,
-                    pi * panel, n, false));
+                    pi * panel, n, null));
         } finally {
             unpackRows(packed, x, rows, k);
         }
@@ -984,16 +1049,16 @@ final class CpuDevice implements ComputeDevice {
      * One panel of the fused gate/up product: gate's outputs {@code o0..o0+panel} into {@code out} ({@code oo},
      * {@code outStride} a row), up's into the thread's {@code [rows][panel]} tile, then SwiGLU of the two into {@code
      * out}. With {@code packedOut}, gate's outputs go to a second tile and the SwiGLU values into {@code out} as
-     * {@link #packRows} lays out {@code [rows][outStride]}: the full six-row groups packed, the rows after them
-     * row-major after the groups (where they are in the row-major layout too).
+     * {@link #packRows} lays out {@code [rows][outStride]}: the full six-row groups packed, the rows after them into
+     * {@code packedOut}'s tail group.
      */
     private void swiGLUPanel(WeightMatrix gate, PanelPlan gatePlan, WeightMatrix up, PanelPlan upPlan, float[] x,
-            boolean packed, int rows, int o0, float[] out, int oo, int outStride, boolean packedOut) {
+            PackedRows packed, int rows, int o0, float[] out, int oo, int outStride, PackedRows packedOut) {
         int panel = gatePlan.panel();
         // The tiles from a cache-line boundary (LineAlignment), as the kernels load and store them a line at a time.
         float[] tile = buffer(epilogueBuffer, rows * panel + LineAlignment.SLACK);
         int ta = LineAlignment.floatsToLine(tile);
-        if (!packedOut) {
+        if (packedOut == null) {
             panelProduct(gate, gatePlan, x, packed, rows, o0, out, oo, outStride);
             panelProduct(up, upPlan, x, packed, rows, o0, tile, ta, panel);
             for (int r = 0; r < rows; r++) {
@@ -1008,13 +1073,11 @@ final class CpuDevice implements ComputeDevice {
         int grouped = rows / 6 * 6;
         for (int r = 0; r < rows; r++) {
             VectorOps.swiglu(gates, ga + r * panel, tile, ta + r * panel, panel);
-            if (r < grouped) {
-                int base = 6 * ((r / 6) * outStride + oo) + r % 6;
-                for (int i = 0; i < panel; i++) {
-                    out[base + 6 * i] = gates[ga + r * panel + i];
-                }
-            } else {
-                System.arraycopy(gates, ga + r * panel, out, r * outStride + oo, panel);
+            float[] to = r < grouped ? out : packedOut.tail();
+            int base = r < grouped ? 6 * ((r / 6) * outStride + oo) + r % 6
+                    : packedOut.tailAt() + 6 * oo + r - grouped;
+            for (int i = 0; i < panel; i++) {
+                to[base + 6 * i] = gates[ga + r * panel + i];
             }
         }
     }
@@ -1061,16 +1124,18 @@ final class CpuDevice implements ComputeDevice {
         PanelPlan gatePlan = new PanelPlan(gate, panel, promptCopy(gate));
         PanelPlan upPlan = new PanelPlan(up, panel, promptCopy(up));
         PanelPlan downPlan = new PanelPlan(down, panel, promptCopy(down));
-        // With packing, SwiGLU writes the hidden block packed: the down matrix's kernels read it as it is, and the
-        // rows after the last six-row group stay row-major for the one-row kernel.
-        boolean packed = packRows(x, rows, gate.cols(), panel);
+        // With packing, SwiGLU writes the hidden block packed, the rows after the last six-row group into a group of
+        // their own (zero where rows are missing; each block writes the same rows): the down matrix's kernels read
+        // both as they are.
+        PackedRows packed = packRows(x, rows, gate.cols(), panel);
+        PackedRows hiddenPacked = packed == null ? null : tailPacking(hiddenTailBuffer, rows, block);
         try {
             for (int j0 = 0; j0 < ffn; j0 += block) {
                 int j = j0;
                 parallelFor(block / panel, pi -> swiGLUPanel(gate, gatePlan, up, upPlan, x, packed, rows,
-                        j + pi * panel, hidden, pi * panel, block, packed));
-                parallelFor(dim / panel, pi -> panelProduct(down, downPlan, hidden, packed, block, rows, pi * panel,
-                        out, pi * panel, dim, j, j + block));
+                        j + pi * panel, hidden, pi * panel, block, hiddenPacked));
+                parallelFor(dim / panel, pi -> panelProduct(down, downPlan, hidden, hiddenPacked, block, rows,
+                        pi * panel, out, pi * panel, dim, j, j + block));
             }
         } finally {
             unpackRows(packed, x, rows, gate.cols());
