@@ -863,7 +863,8 @@ final class CpuDevice implements ComputeDevice {
                                 outStride, t0 > 0);
                     }
                     if (r < rows) {
-                        packedTailProduct(rowBuf, wt, len, panel, packed, xt, r, rows, out, oo, outStride, t0 > 0);
+                        groupProduct(rowBuf, wt, len, panel, packed.tail(), packed.tailAt() + 6 * xt, r, rows - r,
+                                out, oo, outStride, t0 > 0);
                         r = rows;
                     }
                 }
@@ -885,24 +886,31 @@ final class CpuDevice implements ComputeDevice {
         return panel == 4 * VectorOps.FLOATS.length() ? 6 : 4;
     }
 
-    /** Per worker thread: the rows after a panel's last full group, padded to one, and their outputs. */
+    /** Per worker thread: the rows after a panel's last full group, padded to one ({@link #tailRows}). */
     private final ThreadLocal<float[]> tailBuffer = new ThreadLocal<>();
+    /** Per worker thread: the outputs of {@link #groupProduct}'s group. */
+    private final ThreadLocal<float[]> groupTileBuffer = new ThreadLocal<>();
 
     /**
-     * Rows {@code r0 .. rows} (fewer than six) of a packed product through {@link VectorOps#kernel6x4} from their
-     * group in {@code packed.tail()}, into a tile of outputs that starts from their sums in {@code out} where {@code
-     * add}; the results of those rows are copied back and the zero rows' dropped, as {@link #tailRows} does for rows
-     * it packs itself: the same FMA chains, so the same bits.
+     * {@code m} rows from {@code r0} (fewer than a group) through the panel's micro-kernel ({@link VectorOps#kernel6x4}
+     * or {@link VectorOps#kernel4x2}) from a group of activations laid out as it reads one ({@code xg} from {@code xAt},
+     * zero where rows are missing), into a tile of outputs that starts from their sums in {@code out} where {@code
+     * add}; the results of those rows are copied back and the zero rows' dropped. Each output's FMA chain is the one a
+     * full group would give it, so a row has the same bits wherever it falls.
      */
-    private void packedTailProduct(float[] rowBuf, int wt, int len, int panel, PackedRows packed, int xt, int r0,
-                                   int rows, float[] out, int oo, int outStride, boolean add) {
-        int m = rows - r0;
-        float[] b = buffer(tailBuffer, 6 * panel + LineAlignment.SLACK);
+    private void groupProduct(float[] rowBuf, int wt, int len, int panel, float[] xg, int xAt, int r0, int m,
+                              float[] out, int oo, int outStride, boolean add) {
+        int group = tailGroup(panel);
+        float[] b = buffer(groupTileBuffer, group * panel + LineAlignment.SLACK);
         int os = LineAlignment.floatsToLine(b);
         for (int j = 0; add && j < m; j++) {
             System.arraycopy(out, oo + (r0 + j) * outStride, b, os + j * panel, panel);
         }
-        VectorOps.kernel6x4(rowBuf, wt, len, packed.tail(), packed.tailAt() + 6 * xt, b, os, panel, add);
+        if (group == 6) {
+            VectorOps.kernel6x4(rowBuf, wt, len, xg, xAt, b, os, panel, add);
+        } else {
+            VectorOps.kernel4x2(rowBuf, wt, len, xg, xAt, len, b, os, panel, add);
+        }
         for (int j = 0; j < m; j++) {
             System.arraycopy(b, os + j * panel, out, oo + (r0 + j) * outStride, panel);
         }
@@ -911,25 +919,21 @@ final class CpuDevice implements ComputeDevice {
     /**
      * Rows {@code r0 .. r1} (fewer than a group, row-major at {@code x[r * xStride + xt ..]}) through the same
      * micro-kernel as the full groups ({@link VectorOps#kernel6x4}, {@link VectorOps#kernel4x2}): copied into a group
-     * of their own whose other rows are zero, laid out as the kernel reads it, with a tile of outputs that starts from
-     * their sums in {@code out} where {@code add}; the kernel's results for those rows are copied back and the rest
-     * dropped. Each output's FMA chain is the one a full group would give it, so a row has the same bits wherever it
-     * falls. Why not a one-row kernel: in about one process in thirty, C2 left such a kernel ({@code kernel1x4}, one
-     * row against the panel's four vectors) with its FMAs as calls to the Vector API's Java code, and every prompt of
-     * that process ran at a third of its speed (bench's pp128 runs at 36.6-45.9 tok/s against 112-131, its young
-     * collections 2,494 a second through the timed runs against about none; {@code jstack}: both threads in {@code
-     * kernel1x4} calling {@code FloatVector.lanewiseTemplate}; docs/performance-notes.md, Kernels). The cost is the
-     * padding: a 128-row prompt leaves 2 rows, whose group computes 6, and pp128 ran about 4% slower (three
-     * alternating pairs, 121.2, 123.8, 130.1 against 118.6, 116.7, 123.1 tok/s); prompts in chunks of 256 leave 4, and
-     * pp512 ran even.
+     * of their own whose other rows are zero, laid out as the kernel reads it, then {@link #groupProduct}. Why not a
+     * one-row kernel: in about one process in thirty, C2 left such a kernel ({@code kernel1x4}, one row against the
+     * panel's four vectors) with its FMAs as calls to the Vector API's Java code, and every prompt of that process ran
+     * at a third of its speed (bench's pp128 runs at 36.6-45.9 tok/s against 112-131, its young collections 2,494 a
+     * second through the timed runs against about none; {@code jstack}: both threads in {@code kernel1x4} calling
+     * {@code FloatVector.lanewiseTemplate}; docs/performance-notes.md, Kernels). The cost is the padding: a 128-row
+     * prompt leaves 2 rows, whose group computes 6, and pp128 ran about 4% slower (three alternating pairs, 121.2,
+     * 123.8, 130.1 against 118.6, 116.7, 123.1 tok/s); prompts in chunks of 256 leave 4, and pp512 ran even.
      */
     private void tailRows(float[] rowBuf, int wt, int len, int panel, float[] x, int xStride, int xt, int r0, int r1,
                           float[] out, int oo, int outStride, boolean add) {
         int group = tailGroup(panel);
         int m = r1 - r0;
-        float[] b = buffer(tailBuffer, group * len + group * panel + LineAlignment.SLACK);
-        int xs = LineAlignment.floatsToLine(b); // the group's activations, then its outputs
-        int os = xs + group * len;
+        float[] b = buffer(tailBuffer, group * len + LineAlignment.SLACK);
+        int xs = LineAlignment.floatsToLine(b);
         for (int j = 0; j < group; j++) {
             int at = (r0 + j) * xStride + xt;
             if (group == 6) { // packed: element t of row j at 6t + j, as packRows lays a group out
@@ -941,18 +945,8 @@ final class CpuDevice implements ComputeDevice {
             } else {
                 Arrays.fill(b, xs + j * len, xs + (j + 1) * len, 0f);
             }
-            if (j < m && add) {
-                System.arraycopy(out, oo + (r0 + j) * outStride, b, os + j * panel, panel);
-            }
         }
-        if (group == 6) {
-            VectorOps.kernel6x4(rowBuf, wt, len, b, xs, b, os, panel, add);
-        } else {
-            VectorOps.kernel4x2(rowBuf, wt, len, b, xs, len, b, os, panel, add);
-        }
-        for (int j = 0; j < m; j++) {
-            System.arraycopy(b, os + j * panel, out, oo + (r0 + j) * outStride, panel);
-        }
+        groupProduct(rowBuf, wt, len, panel, b, xs, r0, m, out, oo, outStride, add);
     }
 
     /**
