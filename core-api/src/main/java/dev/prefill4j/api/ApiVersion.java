@@ -18,9 +18,10 @@ public final class ApiVersion {
      * {@code Quantizer.dotEncodedRows}; 1.5: {@code Quantizer.encodedDotIsExact}; 1.6: {@code
      * Blocks.ONE_ROW_MAX_COUNT}; 1.7: {@code Quantizer.packForDecode} and {@code PackedMatrix}; 1.8: {@code
      * Quantizer.packedCopyDecodes} and {@code PackedMatrix.decodeColumns}; 1.9: a {@code PackedMatrix} may take float32
-     * activations only, {@code preparedBytes()} 0; 1.10: {@code ComputeDevice.matmulAll}).
+     * activations only, {@code preparedBytes()} 0; 1.10: {@code ComputeDevice.matmulAll}; 1.11: {@code
+     * Blocks.groupBlockOffset}, {@code groupBlockStride} and {@code PAIRED_GROUPS}, {@code FloatPackedMatrix}).
      */
-    public static final String CURRENT = "1.10";
+    public static final String CURRENT = "1.11";
 
     private ApiVersion() {
     }

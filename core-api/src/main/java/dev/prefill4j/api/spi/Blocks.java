@@ -293,4 +293,46 @@ public final class Blocks {
                     + dstStride);
         }
     }
+
+    /**
+     * Whether a packed copy that puts groups of rows side by side should interleave each pair of groups' blocks, so
+     * that a kernel taking two groups a step reads one stream of weights: where the machine reads one stream a thread
+     * faster than several, as {@link #ONE_ROW_MAX_COUNT} says of it (not 0).
+     *
+     * @since 1.11
+     */
+    public static final boolean PAIRED_GROUPS = ONE_ROW_MAX_COUNT > 0;
+
+    /**
+     * {@return where block {@code b} of row group {@code g} starts in a packed copy of {@code groups} groups of {@code
+     * blocks} blocks, {@code groupBlockBytes} bytes each}: group after group, each group's blocks in order; where {@code
+     * paired}, each pair of groups' blocks alternate (block {@code b} of group {@code 2p}, then of group {@code 2p + 1},
+     * then block {@code b + 1} of each), and a last group without a pair has its blocks in order
+     *
+     * @param g               the group
+     * @param b               the block within the group's rows
+     * @param blocks          blocks a row
+     * @param groups          groups in the copy
+     * @param paired          whether pairs of groups interleave their blocks ({@link #PAIRED_GROUPS})
+     * @param groupBlockBytes bytes of one block of one group
+     * @since 1.11
+     */
+    public static long groupBlockOffset(int g, int b, int blocks, int groups, boolean paired, long groupBlockBytes) {
+        long group = paired ? (long) (g & ~1) * blocks + (g & 1) : (long) g * blocks;
+        return group * groupBlockBytes + b * groupBlockStride(g, groups, paired, groupBlockBytes);
+    }
+
+    /**
+     * {@return the bytes from one block of group {@code g} to its next in the layout of {@link #groupBlockOffset}}: two
+     * blocks within a pair where {@code paired}, one otherwise and for a last group without a pair
+     *
+     * @param g               the group
+     * @param groups          groups in the copy
+     * @param paired          whether pairs of groups interleave their blocks
+     * @param groupBlockBytes bytes of one block of one group
+     * @since 1.11
+     */
+    public static long groupBlockStride(int g, int groups, boolean paired, long groupBlockBytes) {
+        return paired && (g | 1) < groups ? 2 * groupBlockBytes : groupBlockBytes;
+    }
 }

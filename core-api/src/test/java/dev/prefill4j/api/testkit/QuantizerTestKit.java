@@ -662,6 +662,62 @@ public final class QuantizerTestKit {
         }
     }
 
+    /**
+     * Checks a packed copy {@code p} of {@code rows} rows of {@code n} weights ({@code w}, the format's {@code decode}
+     * of them, row after row), for formats' own tests of copies made from chosen bytes: its panel ({@link
+     * PackedMatrix#decodeColumns}) has each weight's bits; its products ({@link PackedMatrix#dotRows}) with random
+     * activations equal FP64 over {@code w} within {@code 1e-5} of {@code sum|w*x|}; runs from each later row group
+     * give the same bits as the whole, products and panels alike.
+     *
+     * @param p      the copy, of floats
+     * @param w      the decoded weights
+     * @param rows   rows of the copy
+     * @param n      weights a row
+     * @param random activations' source
+     * @param layout said in failures (which layout of the copy this is)
+     */
+    public static void checkPackedCopy(PackedMatrix p, float[] w, int rows, int n, java.util.Random random,
+                                       String layout) {
+        Quantizer q = p.source().format();
+        float[] panel = new float[n * rows];
+        p.decodeColumns(0, rows, 0, n, panel, 0, rows);
+        for (int r = 0; r < rows; r++) {
+            for (int c = 0; c < n; c++) {
+                check(Float.floatToRawIntBits(w[r * n + c]) == Float.floatToRawIntBits(panel[c * rows + r]), q, "row "
+                        + r + " column " + c + ": " + panel[c * rows + r] + ", decode " + w[r * n + c] + layout);
+            }
+        }
+        float[] x = new float[n];
+        for (int i = 0; i < n; i++) {
+            x[i] = random.nextFloat() * 2 - 1;
+        }
+        float[] prepared = new float[p.preparedFloats()];
+        p.prepareFloats(x, 0, prepared);
+        float[] out = new float[rows];
+        p.dotRows(0, rows, prepared, out, 0);
+        for (int r = 0; r < rows; r++) {
+            Fp64 ref = Fp64.dot(w, r * n, x, 0, n);
+            check(Math.abs(out[r] - ref.sum()) <= 1e-5 * ref.magnitude(), q, "row " + r + ": " + out[r] + ", FP64 "
+                    + ref.sum() + layout);
+        }
+        int group = p.rowGroup();
+        for (int from = group; from < rows; from += group) {
+            float[] part = new float[rows - from];
+            p.dotRows(from, rows - from, prepared, part, 0);
+            float[] partPanel = new float[n * part.length];
+            p.decodeColumns(from, part.length, 0, n, partPanel, 0, part.length);
+            for (int r = 0; r < part.length; r++) {
+                check(Float.floatToIntBits(out[from + r]) == Float.floatToIntBits(part[r]), q, "row " + (from + r)
+                        + " of a run from row " + from + layout);
+                for (int c = 0; c < n; c++) {
+                    check(Float.floatToRawIntBits(panel[c * rows + from + r])
+                            == Float.floatToRawIntBits(partPanel[c * part.length + r]), q, "panel row " + (from + r)
+                            + " column " + c + " of a run from row " + from + layout);
+                }
+            }
+        }
+    }
+
     private static void check(boolean ok, Quantizer q, String what) {
         if (!ok) {
             throw new AssertionError(q.id() + ": " + what);

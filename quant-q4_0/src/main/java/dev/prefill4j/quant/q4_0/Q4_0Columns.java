@@ -1,6 +1,7 @@
 package dev.prefill4j.quant.q4_0;
 
 import dev.prefill4j.api.spi.Blocks;
+import dev.prefill4j.api.spi.FloatPackedMatrix;
 import dev.prefill4j.api.spi.PackedMatrix;
 import dev.prefill4j.api.spi.WeightMatrix;
 import java.lang.foreign.Arena;
@@ -42,7 +43,7 @@ import jdk.incubator.vector.VectorOperators;
  * multiply that keep every finite fp16, subnormals included, and not those); its products read the file as before.
  * NOT VERIFIED on CPUs without 16 float lanes: nothing is packed there.
  */
-final class Q4_0Columns implements PackedMatrix {
+final class Q4_0Columns extends FloatPackedMatrix {
     /** Rows side by side: the float lanes of a 512-bit vector. */
     static final int GROUP = 16;
     /** Bytes of one block of one group: 16 fp16 scales, then 16 x 16 bytes of nibbles. */
@@ -61,45 +62,33 @@ final class Q4_0Columns implements PackedMatrix {
     private static final IntVector LEVELS = IntVector.fromArray(IntVector.SPECIES_512,
             IntStream.range(0, 16).map(q -> Float.floatToRawIntBits(q - 8)).toArray(), 0);
 
-    private final WeightMatrix source;
-    private final MemorySegment packed;
     private final int blocks;
     private final int groups;
     /** Whether pairs of groups interleave their blocks ({@link #PAIRED}). */
     private final boolean paired;
 
     /**
-     * Whether copies interleave each pair of groups' blocks, so that {@link #dotRows} reads one stream of weights:
-     * where the machine reads one stream a thread faster than several, as {@link Blocks#ONE_ROW_MAX_COUNT} says of it
-     * (not 0). Where it is 0 (Intel processors) the groups' blocks stay in order and the products read two streams,
-     * with loads ahead of both, as they were measured there ({@link #dotRows}).
+     * Whether copies interleave each pair of groups' blocks, so that {@link #dotRows} reads one stream of weights
+     * ({@link Blocks#PAIRED_GROUPS}). Where not (Intel processors) the groups' blocks stay in order and the products
+     * read two streams, with loads ahead of both, as they were measured there ({@link #dotRows}).
      */
-    static final boolean PAIRED = Blocks.ONE_ROW_MAX_COUNT > 0;
+    static final boolean PAIRED = Blocks.PAIRED_GROUPS;
 
     private Q4_0Columns(WeightMatrix source, MemorySegment packed, boolean paired) {
-        this.source = source;
-        this.packed = packed;
-        this.blocks = source.cols() / Q4_0Quantizer.QK;
-        this.groups = source.rows() / GROUP;
+        super(source, packed, GROUP);
+        this.blocks = source().cols() / Q4_0Quantizer.QK;
+        this.groups = source().rows() / GROUP;
         this.paired = paired;
     }
 
-    /**
-     * {@return where block {@code b} of group {@code g} starts in a copy of {@code groups} groups of {@code blocks}
-     * blocks}: {@link #stride} bytes a block; where {@code paired}, within its pair's blocks, the pair's second group
-     * one block after the first.
-     */
+    /** {@return where block {@code b} of group {@code g} starts ({@link Blocks#groupBlockOffset})} */
     static long offset(int g, int b, int blocks, int groups, boolean paired) {
-        long group = paired ? (long) (g & ~1) * blocks + (g & 1) : (long) g * blocks;
-        return group * GROUP_BLOCK_BYTES + (long) b * stride(g, groups, paired);
+        return Blocks.groupBlockOffset(g, b, blocks, groups, paired, GROUP_BLOCK_BYTES);
     }
 
-    /**
-     * {@return the bytes from one block of group {@code g} to its next}: two blocks within a pair where {@code paired},
-     * one otherwise and for a last group without a pair.
-     */
+    /** {@return the bytes from one block of group {@code g} to its next ({@link Blocks#groupBlockStride})} */
     static long stride(int g, int groups, boolean paired) {
-        return paired && (g | 1) < groups ? 2L * GROUP_BLOCK_BYTES : GROUP_BLOCK_BYTES;
+        return Blocks.groupBlockStride(g, groups, paired, GROUP_BLOCK_BYTES);
     }
 
     /**
@@ -153,48 +142,15 @@ final class Q4_0Columns implements PackedMatrix {
         return true;
     }
 
-    @Override
-    public WeightMatrix source() {
-        return source;
-    }
-
-    @Override
-    public int rowGroup() {
-        return GROUP;
-    }
-
-    @Override
-    public long byteSize() {
-        return packed.byteSize();
-    }
-
-    /** 0: this copy serves float32 activations only; {@code quantized} products read the file's blocks. */
-    @Override
-    public int preparedBytes() {
-        return 0;
-    }
-
-    /** @throws UnsupportedOperationException always: see {@link #preparedBytes()} */
-    @Override
-    public void prepareActivations(MemorySegment act, long actOffset, byte[] prepared) {
-        throw new UnsupportedOperationException("q4_0's packed copy takes float32 activations only");
-    }
-
-    /** @throws UnsupportedOperationException always: see {@link #preparedBytes()} */
-    @Override
-    public void dotEncodedRows(int firstRow, int rows, byte[] prepared, float[] out, int outIndex) {
-        throw new UnsupportedOperationException("q4_0's packed copy takes float32 activations only");
-    }
-
     /** The activations themselves: the kernel broadcasts them one at a time. */
     @Override
     public int preparedFloats() {
-        return source.cols();
+        return source().cols();
     }
 
     @Override
     public void prepareFloats(float[] x, int xOffset, float[] prepared) {
-        System.arraycopy(x, xOffset, prepared, 0, source.cols());
+        System.arraycopy(x, xOffset, prepared, 0, source().cols());
     }
 
     /**
@@ -236,7 +192,7 @@ final class Q4_0Columns implements PackedMatrix {
         var s2i = VectorOperators.S2I;
         IntVector levels = LEVELS;
         FloatVector bias = FloatVector.broadcast(f, FP16_BIAS);
-        MemorySegment w = packed;
+        MemorySegment w = copy();
         boolean loadAhead = !paired;
         long last = w.byteSize() - 8;
         long ahead = 0;
@@ -317,7 +273,7 @@ final class Q4_0Columns implements PackedMatrix {
         var s2i = VectorOperators.S2I;
         IntVector levels = LEVELS;
         FloatVector bias = FloatVector.broadcast(f, FP16_BIAS);
-        MemorySegment w = packed;
+        MemorySegment w = copy();
         for (int g = firstRow / GROUP, end = (firstRow + rows) / GROUP; g < end; g++) {
             int rowAt = dstOffset + g * GROUP - firstRow;
             long first = offset(g, 0, blocks, groups, paired);

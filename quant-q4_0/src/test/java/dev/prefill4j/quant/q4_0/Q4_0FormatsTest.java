@@ -93,63 +93,18 @@ class Q4_0FormatsTest {
         float[] w = new float[rows * n];
         q.decode(m, 0, w, 0, rows * n);
         for (boolean paired : new boolean[] {true, false}) {
-            checkPackedCopy(q, m, rows, n, w, paired, random);
+            try (Arena arena = Arena.ofShared()) {
+                PackedMatrix p = Q4_0Columns.pack(new WeightMatrix("scales", q, m, rows, n), arena, paired)
+                        .orElseThrow();
+                QuantizerTestKit.checkPackedCopy(p, w, rows, n, random, paired ? " (pairs interleaved)"
+                        : " (groups in order)");
+            }
         }
         try (Arena arena = Arena.ofShared()) {
             for (short d : new short[] {0x7C00, (short) 0xFC00, 0x7E00}) {
                 m.set(fp16, 18L * (17 * blocks + 2), d);
                 assertTrue(q.packForDecode(new WeightMatrix("scales", q, m, rows, n), arena).isEmpty(),
                         String.format("a scale 0x%04X was packed", d & 0xFFFF));
-            }
-        }
-    }
-
-    /** The checks of {@link #packedCopyKeepsEveryKindOfScale} on one layout: pairs interleaved or not. */
-    private static void checkPackedCopy(Q4_0Quantizer q, MemorySegment m, int rows, int n, float[] w, boolean paired,
-                                        Random random) {
-        String layout = paired ? " (pairs interleaved)" : " (groups in order)";
-        try (Arena arena = Arena.ofShared()) {
-            PackedMatrix p = Q4_0Columns.pack(new WeightMatrix("scales", q, m, rows, n), arena, paired).orElseThrow();
-            float[] panel = new float[n * rows];
-            p.decodeColumns(0, rows, 0, n, panel, 0, rows);
-            for (int r = 0; r < rows; r++) {
-                for (int c = 0; c < n; c++) {
-                    assertEquals(Float.floatToRawIntBits(w[r * n + c]), Float.floatToRawIntBits(panel[c * rows + r]),
-                            "row " + r + " column " + c + layout);
-                }
-            }
-            float[] x = new float[n];
-            for (int i = 0; i < n; i++) {
-                x[i] = random.nextFloat() * 2 - 1;
-            }
-            float[] prepared = new float[p.preparedFloats()];
-            p.prepareFloats(x, 0, prepared);
-            float[] out = new float[rows];
-            p.dotRows(0, rows, prepared, out, 0);
-            for (int r = 0; r < rows; r++) {
-                double ref = 0;
-                double magnitude = 0;
-                for (int i = 0; i < n; i++) {
-                    ref += (double) w[r * n + i] * x[i];
-                    magnitude += Math.abs((double) w[r * n + i] * x[i]);
-                }
-                assertTrue(Math.abs(out[r] - ref) <= 1e-5 * magnitude,
-                        "row " + r + ": " + out[r] + ", FP64 " + ref + layout);
-            }
-            for (int from = 16; from < rows; from += 16) {
-                float[] part = new float[rows - from];
-                p.dotRows(from, rows - from, prepared, part, 0);
-                float[] partPanel = new float[n * part.length];
-                p.decodeColumns(from, part.length, 0, n, partPanel, 0, part.length);
-                for (int r = 0; r < part.length; r++) {
-                    assertEquals(Float.floatToRawIntBits(out[from + r]), Float.floatToRawIntBits(part[r]),
-                            "row " + (from + r) + " of a run from row " + from + layout);
-                    for (int c = 0; c < n; c++) {
-                        assertEquals(Float.floatToRawIntBits(panel[c * rows + from + r]),
-                                Float.floatToRawIntBits(partPanel[c * part.length + r]),
-                                "panel row " + (from + r) + " column " + c + " of a run from row " + from + layout);
-                    }
-                }
             }
         }
     }
