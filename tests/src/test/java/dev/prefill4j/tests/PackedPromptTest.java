@@ -23,7 +23,7 @@ import org.junit.jupiter.params.ParameterizedTest;
 import org.junit.jupiter.params.provider.ValueSource;
 
 /**
- * Ternary matrices mapped read-only from files: the CPU device's products with float32 activations, prompts' included,
+ * Ternary and Q4_K matrices mapped read-only from files: the CPU device's products with float32 activations, prompts' included,
  * read the packed copy it makes at a matrix's first product ({@code Quantizer.packedCopyDecodes}, {@code
  * PackedMatrix.decodeColumns}), so the file's pages can go. To see that nothing reads the file after that, the test
  * writes another matrix into each file once the copies exist; the exact product, which reads the file, sees the new
@@ -44,7 +44,7 @@ class PackedPromptTest {
     Path dir;
 
     @ParameterizedTest
-    @ValueSource(strings = {"tq2_0", "tq1_0"})
+    @ValueSource(strings = {"tq2_0", "tq1_0", "q4_k"})
     void promptsReadThePackedCopyNotTheFile(String id) throws IOException {
         PluginRegistry registry = PluginRegistry.load();
         Quantizer q = registry.quantizer(id).orElseThrow();

@@ -2,10 +2,14 @@ package dev.prefill4j.quant.q4k;
 
 import dev.prefill4j.api.ApiVersion;
 import dev.prefill4j.api.spi.Blocks;
+import dev.prefill4j.api.spi.PackedMatrix;
 import dev.prefill4j.api.spi.Quantizer;
+import dev.prefill4j.api.spi.WeightMatrix;
+import java.lang.foreign.Arena;
 import java.lang.foreign.MemorySegment;
 import java.nio.ByteOrder;
 import java.util.Arrays;
+import java.util.Optional;
 import java.util.OptionalInt;
 import jdk.incubator.vector.ByteVector;
 import jdk.incubator.vector.FloatVector;
@@ -62,6 +66,29 @@ public final class Q4KQuantizer implements Quantizer {
                 }
             }
         }
+    }
+
+    /**
+     * With 16 float lanes, a copy with 16 rows side by side ({@link Q4KColumns}): its decode products broadcast each
+     * activation once for 32 rows where the file's layout loads a vector of prepared activations per 16 weights of one
+     * row. The same bytes as the file's super-blocks, laid out again.
+     */
+    @Override
+    public Optional<PackedMatrix> packForDecode(WeightMatrix w, Arena arena) {
+        if (!w.format().id().equals(id())) {
+            throw new IllegalArgumentException(w.name() + " is " + w.format().id() + ", not " + id());
+        }
+        return Q4KColumns.pack(w, arena);
+    }
+
+    /**
+     * True: a packed copy gives back each weight as {@code decode} does ({@link Q4KColumns#decodeColumns}), so a
+     * prompt's products may read it too, and the copy (as many bytes as the file's super-blocks) can take their place
+     * in memory.
+     */
+    @Override
+    public boolean packedCopyDecodes() {
+        return true;
     }
 
     /** Whether {@link #dotPrepared}'s packed form runs: 16 float lanes (AVX-512). */

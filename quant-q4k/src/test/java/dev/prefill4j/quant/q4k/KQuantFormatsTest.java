@@ -1,12 +1,17 @@
 package dev.prefill4j.quant.q4k;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+import static org.junit.jupiter.api.Assumptions.assumeTrue;
 
 import dev.prefill4j.api.spi.Blocks;
+import dev.prefill4j.api.spi.PackedMatrix;
+import dev.prefill4j.api.spi.WeightMatrix;
 import dev.prefill4j.api.testkit.QuantizerTestKit;
 import java.lang.foreign.Arena;
 import java.lang.foreign.MemorySegment;
 import java.util.List;
+import java.util.Random;
 import org.junit.jupiter.api.Test;
 
 class KQuantFormatsTest {
@@ -109,6 +114,61 @@ class KQuantFormatsTest {
                     assertEquals(code, got.get(Blocks.I8, o + 4 + j), "block " + b + " element " + j);
                 }
                 assertEquals(sum, got.get(Blocks.I16, o + 260 + 2L * g), "block " + b + " group " + g);
+            }
+        }
+    }
+
+    /**
+     * The packed copy ({@link Q4KColumns}) converts the 16 rows' fp16 {@code d} and {@code dmin} in int lanes and
+     * splits the 6-bit scales and mins into low and high bits: 48 rows of 4 super-blocks, their {@code d} and {@code
+     * dmin} of every kind (zeros of both signs, subnormals, normals of both signs, the largest finite) in rotating
+     * order, random scale bytes and nibbles; its panels equal {@code decode} bit for bit and its products FP64 over the
+     * decoded weights within 1e-5 of the products' magnitudes ({@link QuantizerTestKit#checkPackedCopy}: three groups,
+     * a pair and a last group alone, runs from the second and third group too). Both layouts: pairs of groups as units
+     * and groups alone. A matrix with one infinite or NaN {@code d} or {@code dmin} is not packed. Skipped without 16
+     * float lanes, where nothing is packed.
+     */
+    @Test
+    void packedCopyKeepsEveryKindOfFactor() {
+        assumeTrue(KQuants.FLOATS.length() == Q4KColumns.GROUP, "no 16 float lanes here: Q4_K packs nothing");
+        var q = new Q4KQuantizer();
+        int rows = 48;
+        int blocks = 4;
+        int n = Q4KQuantizer.QK * blocks;
+        short[] kinds = {0x0000, (short) 0x8000, 0x0001, (short) 0x8001, 0x03FF, 0x0400, 0x3C00, (short) 0xBC00,
+            0x1234, (short) 0xC321, 0x7BFF, (short) 0xFBFF, 0x2E66, (short) 0x83FF, 0x0200, (short) 0xABCD};
+        Random random = new Random(12);
+        MemorySegment m = Arena.ofAuto().allocate((long) Q4KQuantizer.BYTES * blocks * rows);
+        for (int r = 0; r < rows; r++) {
+            for (int k = 0; k < blocks; k++) {
+                long o = (long) Q4KQuantizer.BYTES * (r * blocks + k);
+                m.set(Blocks.I16, o, kinds[(r + 3 * k) % kinds.length]);
+                m.set(Blocks.I16, o + 2, kinds[(r + 5 * k + 7) % kinds.length]);
+                for (int j = 4; j < Q4KQuantizer.BYTES; j++) {
+                    m.set(Blocks.I8, o + j, (byte) random.nextInt());
+                }
+            }
+        }
+        float[] w = new float[rows * n];
+        q.decode(m, 0, w, 0, rows * n);
+        for (boolean paired : new boolean[] {true, false}) {
+            try (Arena arena = Arena.ofShared()) {
+                PackedMatrix p = Q4KColumns.pack(new WeightMatrix("factors", q, m, rows, n), arena, paired)
+                        .orElseThrow();
+                QuantizerTestKit.checkPackedCopy(p, w, rows, n, random, paired ? " (pairs as units)"
+                        : " (groups alone)");
+            }
+        }
+        try (Arena arena = Arena.ofShared()) {
+            for (int field : new int[] {0, 2}) {
+                long o = (long) Q4KQuantizer.BYTES * (33 * blocks + 2) + field;
+                short kept = m.get(Blocks.I16, o);
+                for (short special : new short[] {0x7C00, (short) 0xFC00, 0x7E00}) {
+                    m.set(Blocks.I16, o, special);
+                    assertTrue(q.packForDecode(new WeightMatrix("factors", q, m, rows, n), arena).isEmpty(),
+                            String.format("a %s of 0x%04X was packed", field == 0 ? "d" : "dmin", special & 0xFFFF));
+                }
+                m.set(Blocks.I16, o, kept);
             }
         }
     }

@@ -1,0 +1,407 @@
+package dev.prefill4j.quant.q4k;
+
+import dev.prefill4j.api.spi.Blocks;
+import dev.prefill4j.api.spi.FloatPackedMatrix;
+import dev.prefill4j.api.spi.PackedMatrix;
+import dev.prefill4j.api.spi.WeightMatrix;
+import java.lang.foreign.Arena;
+import java.lang.foreign.MemorySegment;
+import java.nio.ByteOrder;
+import java.util.Arrays;
+import java.util.Optional;
+import java.util.stream.IntStream;
+import jdk.incubator.vector.ByteVector;
+import jdk.incubator.vector.FloatVector;
+import jdk.incubator.vector.IntVector;
+import jdk.incubator.vector.ShortVector;
+import jdk.incubator.vector.VectorOperators;
+
+/**
+ * A Q4_K matrix laid out with 16 rows side by side, one row a float lane: the decode steps' products with float32
+ * activations and the prompts' panels ({@link #decodeColumns}) read it instead of the file's super-blocks. In the file
+ * a product of one activation row works along a row: the nibbles of one vector are 128 elements of that row, and the
+ * activations have to be laid out in the nibbles' order and loaded as vectors, one per 16 weights ({@link
+ * Q4KQuantizer#dotPrepared}). Here a 16-byte load widened to 16 int lanes holds one byte of each of 16 rows; its two
+ * nibbles are elements {@code 64c + i} and {@code 64c + 32 + i} of every row (sub-blocks {@code 2c} and {@code 2c +
+ * 1}), looked up as floats by lane permute and multiplied with the broadcast activations {@code x[64c + i]} and {@code
+ * x[64c + 32 + i]} into 16 rows' sums at once; each sub-block's sums are then scaled by the 16 rows' {@code d * scale}
+ * and the minimum terms come from the 16 rows' {@code min} times the sub-block's sum of activations. The layout is
+ * this project's own, the same idea as Q4_0's copy ({@code Q4_0Columns} in the q4_0 module).
+ *
+ * <p>Layout: the rows' super-blocks in units of one group of 16 rows, or of two where the machine reads one stream a
+ * thread fastest ({@link Blocks#PAIRED_GROUPS}; then each pair of groups is a unit, and a last group without a pair
+ * one alone), unit after unit and, within a unit, super-block after super-block ({@link Blocks#groupBlockOffset} gives
+ * where each starts). A unit's super-block of {@code U} groups takes {@code U} times {@value #GROUP_BLOCK_BYTES} bytes,
+ * as its rows' super-blocks take in the file, in the order the kernel reads them: the groups' fp16 {@code d} (16 a
+ * group, group after group), their fp16 {@code dmin}, one little-endian int a row with the two high bits of the scale
+ * of sub-block {@code j} at bits {@code 2j} and of its min at bits {@code 16 + 2j}; then one section per pair of
+ * sub-blocks {@code 2c} and {@code 2c + 1}: for each of the two, 16 bytes a group, byte {@code l} holding the low four
+ * bits of row {@code l}'s 6-bit scale in its low nibble and of its 6-bit min in its high nibble; then for each {@code i
+ * < 32}, 16 bytes a group, byte {@code l} holding row {@code l}'s {@code qs[32c + i]} as the file does. So {@link
+ * #dotRows}, which takes a pair at a time, reads a pair's bytes in the order they lie, the nibbles of both groups side
+ * by side. Laid out instead with each group's super-block whole and a pair's two one after the other, the kernel read
+ * 15 GB/s from L2 but 8.5 streamed from memory; with the nibbles side by side and the low scale bits at the end of the
+ * unit's header, 12.8 streamed (one thread, harness outside the repository, Zen 5 VM, 2026-12-06).
+ *
+ * <p>A matrix with an infinite or NaN {@code d} or {@code dmin} is not packed (they are converted in int lanes by a
+ * shift and a multiply that keep every finite fp16, subnormals included, and not those); its products read the file as
+ * before. NOT VERIFIED on CPUs without 16 float lanes: nothing is packed there.
+ */
+final class Q4KColumns extends FloatPackedMatrix {
+    /** Rows side by side: the float lanes of a 512-bit vector. */
+    static final int GROUP = 16;
+    /** Bytes of one super-block of one group: what the 16 rows' super-blocks take in the file. */
+    static final int GROUP_BLOCK_BYTES = GROUP * Q4KQuantizer.BYTES;
+    /** Sub-blocks of 32 elements in a super-block. */
+    private static final int SUBS = 8;
+    private static final ByteOrder LE = ByteOrder.LITTLE_ENDIAN;
+    /**
+     * 2^112: an fp16's exponent and mantissa moved to a float's places are its value times 2^-112, exactly (the same
+     * conversion as Q4_0's copy).
+     */
+    private static final float FP16_BIAS = 0x1p112f;
+    /**
+     * The bits kept of a sign-extended fp16 shifted left by 13 in an int lane: its exponent and mantissa, now in a
+     * float's places, and bit 31, a copy of its sign. As a float that is the fp16's value times 2^-112.
+     */
+    private static final int SCALE_BITS = 0x8FFF_FFFF;
+    /** The float bits of {@code q} in lane {@code q}: a nibble as a lane index selects its level. */
+    private static final IntVector LEVELS = IntVector.fromArray(IntVector.SPECIES_512,
+            IntStream.range(0, 16).map(q -> Float.floatToRawIntBits(q)).toArray(), 0);
+
+    private final int blocks;
+    private final int groups;
+    private final boolean paired;
+
+    private Q4KColumns(WeightMatrix source, MemorySegment packed, boolean paired) {
+        super(source, packed, GROUP);
+        this.blocks = source().cols() / Q4KQuantizer.QK;
+        this.groups = source().rows() / GROUP;
+        this.paired = paired;
+    }
+
+    /**
+     * {@return {@code w} packed, or empty where it cannot be}: without 16 float lanes, with rows not a multiple of
+     * {@value #GROUP}, or with a {@code d} or {@code dmin} that is infinite or NaN. The units are packed in parallel
+     * (the common fork-join pool).
+     */
+    static Optional<PackedMatrix> pack(WeightMatrix w, Arena arena) {
+        return pack(w, arena, Blocks.PAIRED_GROUPS);
+    }
+
+    /** {@link #pack(WeightMatrix, Arena)} with the groups in pairs or not (package-private: tests take both). */
+    static Optional<PackedMatrix> pack(WeightMatrix w, Arena arena, boolean paired) {
+        if (KQuants.FLOATS.length() != GROUP || w.rows() % GROUP != 0) {
+            return Optional.empty();
+        }
+        int blocks = w.cols() / Q4KQuantizer.QK;
+        int groups = w.rows() / GROUP;
+        MemorySegment packed = arena.allocate((long) groups * blocks * GROUP_BLOCK_BYTES, 64);
+        Q4KColumns p = new Q4KColumns(w, packed, paired);
+        boolean finite = Blocks.packGroups(paired ? (groups + 1) / 2 : groups, k -> p.packUnit(paired ? 2 * k : k));
+        return finite ? Optional.of(p) : Optional.empty();
+    }
+
+    /** {@return how many groups the unit of group {@code g} holds: two where it is one of a pair, else one} */
+    private int unitGroups(int g) {
+        return paired && (g | 1) < groups ? 2 : 1;
+    }
+
+    /** {@return group {@code g}'s place in its unit: 0, or 1 for the second of a pair} */
+    private int placeInUnit(int g) {
+        return unitGroups(g) == 2 ? g & 1 : 0;
+    }
+
+    /** {@return where the first super-block of the unit of group {@code g} starts} */
+    private long unitStart(int g) {
+        return Blocks.groupBlockOffset(g, 0, blocks, groups, paired, GROUP_BLOCK_BYTES)
+                - (long) placeInUnit(g) * GROUP_BLOCK_BYTES;
+    }
+
+    /** Bytes a group ahead of a unit's fields: {@code d} 0, {@code dmin} 32, the scales' high bits 64, sections 128. */
+    private static final int DMIN = 2 * GROUP;
+    private static final int HIGH = 4 * GROUP;
+    private static final int HEAD = 8 * GROUP;
+    /** Bytes a group of one section: two sub-blocks' low scale bits, then 32 bytes of nibbles. */
+    private static final int SECTION = 34 * GROUP;
+
+    /**
+     * Packs the unit whose first group is {@code g0}.
+     *
+     * @return false if a {@code d} or {@code dmin} is infinite or NaN
+     */
+    private boolean packUnit(int g0) {
+        int units = unitGroups(g0);
+        int bytes = Q4KQuantizer.BYTES;
+        long rowBytes = source().rowBytes();
+        byte[] row = new byte[bytes];
+        byte[] unit = new byte[units * GROUP_BLOCK_BYTES];
+        long start = unitStart(g0);
+        long step = Blocks.groupBlockStride(g0, groups, paired, GROUP_BLOCK_BYTES);
+        for (int b = 0; b < blocks; b++) {
+            for (int u = 0; u < units; u++) {
+                for (int l = 0; l < GROUP; l++) {
+                    MemorySegment.copy(source().data(), Blocks.I8, (GROUP * (long) (g0 + u) + l) * rowBytes
+                            + (long) b * bytes, row, 0, bytes);
+                    for (int h = 0; h < 2; h++) { // d, then dmin
+                        if ((row[2 * h + 1] & 0x7C) == 0x7C) { // exponent all ones: infinite or NaN
+                            return false;
+                        }
+                        int at = units * DMIN * h + 2 * GROUP * u + 2 * l;
+                        unit[at] = row[2 * h];
+                        unit[at + 1] = row[2 * h + 1];
+                    }
+                    int high = 0;
+                    for (int j = 0; j < SUBS; j++) {
+                        int sc = KQuants.scale(row, 0, j);
+                        int m = KQuants.min(row, 0, j);
+                        unit[units * (HEAD + SECTION * (j / 2)) + GROUP * (units * (j % 2) + u) + l] =
+                                (byte) ((sc & 0x0F) | (m & 0x0F) << 4);
+                        high |= (sc >>> 4) << (2 * j) | (m >>> 4) << (16 + 2 * j);
+                    }
+                    for (int k = 0; k < 4; k++) {
+                        unit[units * HIGH + 4 * GROUP * u + 4 * l + k] = (byte) (high >>> (8 * k));
+                    }
+                    for (int i = 0; i < 128; i++) {
+                        int at = units * (HEAD + SECTION * (i / 32)) + GROUP * (units * (2 + i % 32) + u) + l;
+                        unit[at] = row[16 + i];
+                    }
+                }
+            }
+            MemorySegment.copy(unit, 0, copy(), Blocks.I8, start + b * step, unit.length);
+        }
+        return true;
+    }
+
+    /** The activations themselves, which the kernel broadcasts one at a time, then the sum of each sub-block's 32. */
+    @Override
+    public int preparedFloats() {
+        return source().cols() + source().cols() / 32;
+    }
+
+    @Override
+    public void prepareFloats(float[] x, int xOffset, float[] prepared) {
+        int cols = source().cols();
+        System.arraycopy(x, xOffset, prepared, 0, cols);
+        var sp = KQuants.FLOATS;
+        for (int s = 0; s < cols / 32; s++) {
+            FloatVector sum = FloatVector.zero(sp);
+            for (int l = 0; l < 32; l += sp.length()) {
+                sum = sum.add(FloatVector.fromArray(sp, x, xOffset + 32 * s + l));
+            }
+            prepared[cols + s] = KQuants.sum(sum);
+        }
+    }
+
+    /**
+     * Two groups of 16 rows a step (each activation broadcast once for both), per super-block ({@link #superBlock})
+     * and pair of sub-blocks {@code 2c} and {@code 2c + 1}: 32 byte loads of each group, each widened to 16 int lanes,
+     * its low and high nibbles looked up in {@link #LEVELS} and multiplied with {@code x[64c + i]} and {@code x[64c +
+     * 32 + i]} into four running sums (low and high nibbles of each group); each sub-block's sum is accumulated times
+     * the 16 rows' 6-bit scales, and the sub-block's activation sum times their mins; the super-block's two sums then
+     * times {@code d} and {@code dmin} into the rows' products. Each row's product is {@code sum over sub-blocks of d *
+     * scale * sum(q x) - dmin * min * sum(x)}, as the format's {@code dot} computes it, to float rounding; an odd last
+     * group is computed as both of a step (the same bits twice).
+     *
+     * <p>{@code bench -m 1b-q4_k_m.gguf -p 16 -n 32 -r 2 -t 1 --profile --verify-tokens 0}, against the file's layout
+     * ({@code -Ddev.prefill4j.cpu.packedDecode=false}) in the same build, two alternating pairs: {@code ffn_gate+up}
+     * 14.2 and 14.7 against 11.7 and 12.0 GB/s, tg32 16.83 and 17.44 against 15.28 and 15.72 tok/s. With two threads
+     * the gain mostly goes ({@code ffn_gate+up} 22.1-23.3 against 21.7-22.2 GB/s; tg64 29.76, 30.56, 26.25, 29.22
+     * against 29.54, 28.53, 28.80, 29.03 tok/s, four pairs): both layouts then read at about 22-23 GB/s, which the
+     * Q4_0 file's copy passes (26.8), for reasons not found (Zen 5 VM, 2026-12-06).
+     */
+    @Override
+    public void dotRows(int firstRow, int rows, float[] prepared, float[] out, int outIndex) {
+        Blocks.checkRowGroups(firstRow, rows, GROUP);
+        for (int g = firstRow / GROUP, end = (firstRow + rows) / GROUP; g < end; g += 2) {
+            boolean pair = g + 1 < end;
+            int g2 = pair ? g + 1 : g;
+            long step = Blocks.groupBlockStride(g, groups, paired, GROUP_BLOCK_BYTES);
+            long step2 = Blocks.groupBlockStride(g2, groups, paired, GROUP_BLOCK_BYTES);
+            int units = unitGroups(g);
+            int units2 = unitGroups(g2);
+            int at = outIndex + (g * GROUP - firstRow);
+            int at2 = pair ? at + GROUP : at;
+            Arrays.fill(out, at, at2 + GROUP, 0f);
+            for (int b = 0; b < blocks; b++) {
+                superBlock(unitStart(g) + b * step, units, placeInUnit(g), unitStart(g2) + b * step2, units2,
+                        placeInUnit(g2), prepared, b * Q4KQuantizer.QK, out, at, at2);
+            }
+        }
+    }
+
+    /**
+     * {@link #dotRows}' step for one super-block of two groups: their 16 rows' sums at {@code out[at]} and {@code
+     * out[at2]} (the same index for a group computed as both) plus this super-block's products. A method of its own,
+     * called once a super-block: as part of {@code dotRows}' loops C2 compiled it on stack replacement with an arena of
+     * 250 MB (35 MB otherwise), while the process held the whole model ({@code -XX:CompileCommand=memstat}).
+     *
+     * @param base   where group one's unit starts this super-block; {@code units} groups in it, the group {@code u1}-th
+     * @param base2  the same for group two
+     * @param xb     the super-block's first activation
+     */
+    private void superBlock(long base, int units, int u1, long base2, int units2, int v2, float[] prepared, int xb,
+                            float[] out, int at, int at2) {
+        var f = FloatVector.SPECIES_512;
+        var ints = IntVector.SPECIES_512;
+        var bytes = ByteVector.SPECIES_128;
+        var b2i = VectorOperators.ZERO_EXTEND_B2I;
+        var halves = ShortVector.SPECIES_256;
+        var s2i = VectorOperators.S2I;
+        IntVector levels = LEVELS;
+        FloatVector bias = FloatVector.broadcast(f, FP16_BIAS);
+        MemorySegment w = copy();
+        int sums = source().cols() + xb / 32;
+        long sectionAt = base + HEAD * units + GROUP * u1;
+        long sectionAt2 = base2 + HEAD * units2 + GROUP * v2;
+        long section = (long) SECTION * units;
+        long section2 = (long) SECTION * units2;
+        long next = (long) GROUP * units; // from one sub-block's or byte's 16 bytes to the next
+        long next2 = (long) GROUP * units2;
+        // The super-block's fields in the order they lie: d, dmin, the scales' high bits, then per pair of
+        // sub-blocks their low bits and nibbles. The fp16 factors as in Q4_0's copy (SCALE_BITS).
+        long dAt = base + 2L * GROUP * u1;
+        long dAt2 = base2 + 2L * GROUP * v2;
+        long dminAt = dAt + (long) DMIN * units;
+        long dminAt2 = dAt2 + (long) DMIN * units2;
+        FloatVector d = ((IntVector) ShortVector.fromMemorySegment(halves, w, dAt, LE).convertShape(s2i, ints, 0))
+                .lanewise(VectorOperators.LSHL, 13).and(SCALE_BITS).reinterpretAsFloats().mul(bias);
+        FloatVector d2 = ((IntVector) ShortVector.fromMemorySegment(halves, w, dAt2, LE).convertShape(s2i, ints, 0))
+                .lanewise(VectorOperators.LSHL, 13).and(SCALE_BITS).reinterpretAsFloats().mul(bias);
+        FloatVector dmin = ((IntVector) ShortVector.fromMemorySegment(halves, w, dminAt, LE).convertShape(s2i, ints, 0))
+                .lanewise(VectorOperators.LSHL, 13).and(SCALE_BITS).reinterpretAsFloats().mul(bias);
+        FloatVector dmin2 = ((IntVector) ShortVector.fromMemorySegment(halves, w, dminAt2, LE).convertShape(s2i, ints,
+                0)).lanewise(VectorOperators.LSHL, 13).and(SCALE_BITS).reinterpretAsFloats().mul(bias);
+        IntVector high = IntVector.fromMemorySegment(ints, w, base + HIGH * units + 4L * GROUP * u1, LE);
+        IntVector high2 = IntVector.fromMemorySegment(ints, w, base2 + HIGH * units2 + 4L * GROUP * v2, LE);
+        FloatVector t = FloatVector.zero(f); // sum of scale * sum(q x) over the sub-blocks
+        FloatVector t2 = t;
+        FloatVector u = t; // sum of min * sum(x)
+        FloatVector u2 = t;
+        for (int c = 0; c < 4; c++) {
+            FloatVector s0 = FloatVector.zero(f);
+            FloatVector s1 = s0;
+            FloatVector s2 = s0;
+            FloatVector s3 = s0;
+            int x = xb + 64 * c;
+            long lowAt = sectionAt + section * c;
+            long lowAt2 = sectionAt2 + section2 * c;
+            long q0 = lowAt + 2 * next;
+            long q20 = lowAt2 + 2 * next2;
+            for (int i = 0; i < 32; i++) {
+                FloatVector x0 = FloatVector.broadcast(f, prepared[x + i]);
+                FloatVector x1 = FloatVector.broadcast(f, prepared[x + 32 + i]);
+                IntVector q = (IntVector) ByteVector.fromMemorySegment(bytes, w, q0 + next * i, LE)
+                        .convertShape(b2i, ints, 0);
+                s0 = q.and(0x0F).selectFrom(levels).reinterpretAsFloats().fma(x0, s0);
+                s1 = q.lanewise(VectorOperators.LSHR, 4).selectFrom(levels).reinterpretAsFloats().fma(x1, s1);
+                IntVector q2 = (IntVector) ByteVector.fromMemorySegment(bytes, w, q20 + next2 * i, LE)
+                        .convertShape(b2i, ints, 0);
+                s2 = q2.and(0x0F).selectFrom(levels).reinterpretAsFloats().fma(x0, s2);
+                s3 = q2.lanewise(VectorOperators.LSHR, 4).selectFrom(levels).reinterpretAsFloats().fma(x1, s3);
+            }
+            // Sub-blocks 2c (low nibbles) and 2c + 1 (high): the 6-bit scales and mins of the 16 rows, each
+            // its low four bits and its two high bits moved to bits 4-5 (written out here: a helper returning
+            // a vector may be left out of line, and then boxes it).
+            int j = 2 * c;
+            int sh = 2 * j;
+            FloatVector x0 = FloatVector.broadcast(f, prepared[sums + j]);
+            FloatVector x1 = FloatVector.broadcast(f, prepared[sums + j + 1]);
+            IntVector lo = (IntVector) ByteVector.fromMemorySegment(bytes, w, lowAt, LE)
+                    .convertShape(b2i, ints, 0);
+            IntVector lo1 = (IntVector) ByteVector.fromMemorySegment(bytes, w, lowAt + next, LE)
+                    .convertShape(b2i, ints, 0);
+            IntVector hs = high.lanewise(VectorOperators.LSHR, sh);
+            t = s0.fma((FloatVector) lo.and(0x0F).or(hs.and(3).lanewise(VectorOperators.LSHL, 4))
+                    .convertShape(VectorOperators.I2F, f, 0), t);
+            t = s1.fma((FloatVector) lo1.and(0x0F).or(hs.and(12).lanewise(VectorOperators.LSHL, 2))
+                    .convertShape(VectorOperators.I2F, f, 0), t);
+            IntVector hm = high.lanewise(VectorOperators.LSHR, 16 + sh);
+            u = ((FloatVector) lo.lanewise(VectorOperators.LSHR, 4).or(hm.and(3).lanewise(VectorOperators.LSHL,
+                    4)).convertShape(VectorOperators.I2F, f, 0)).fma(x0, u);
+            u = ((FloatVector) lo1.lanewise(VectorOperators.LSHR, 4).or(hm.and(12).lanewise(VectorOperators.LSHL,
+                    2)).convertShape(VectorOperators.I2F, f, 0)).fma(x1, u);
+            IntVector lo2 = (IntVector) ByteVector.fromMemorySegment(bytes, w, lowAt2, LE)
+                    .convertShape(b2i, ints, 0);
+            IntVector lo21 = (IntVector) ByteVector.fromMemorySegment(bytes, w, lowAt2 + next2, LE)
+                    .convertShape(b2i, ints, 0);
+            IntVector hs2 = high2.lanewise(VectorOperators.LSHR, sh);
+            t2 = s2.fma((FloatVector) lo2.and(0x0F).or(hs2.and(3).lanewise(VectorOperators.LSHL, 4))
+                    .convertShape(VectorOperators.I2F, f, 0), t2);
+            t2 = s3.fma((FloatVector) lo21.and(0x0F).or(hs2.and(12).lanewise(VectorOperators.LSHL, 2))
+                    .convertShape(VectorOperators.I2F, f, 0), t2);
+            IntVector hm2 = high2.lanewise(VectorOperators.LSHR, 16 + sh);
+            u2 = ((FloatVector) lo2.lanewise(VectorOperators.LSHR, 4).or(hm2.and(3).lanewise(
+                    VectorOperators.LSHL, 4)).convertShape(VectorOperators.I2F, f, 0)).fma(x0, u2);
+            u2 = ((FloatVector) lo21.lanewise(VectorOperators.LSHR, 4).or(hm2.and(12).lanewise(
+                    VectorOperators.LSHL, 2)).convertShape(VectorOperators.I2F, f, 0)).fma(x1, u2);
+        }
+        FloatVector sum = FloatVector.fromArray(f, out, at).add(t.mul(d).sub(u.mul(dmin)));
+        FloatVector sum2 = FloatVector.fromArray(f, out, at2).add(t2.mul(d2).sub(u2.mul(dmin2)));
+        sum.intoArray(out, at);
+        sum2.intoArray(out, at2);
+    }
+
+    /**
+     * Each group's 16 rows column by column: the nibbles of a byte load are elements {@code 64c + i} and {@code 64c +
+     * 32 + i} of 16 rows, already transposed. Each value is {@code q * (d * scale) + (-dmin * min)} in that order, the
+     * format's {@code decode} to the bit (both factors are exact products in float).
+     */
+    @Override
+    public void decodeColumns(int firstRow, int rows, int fromCol, int cols, float[] dst, int dstOffset,
+                              int dstStride) {
+        int qk = Q4KQuantizer.QK;
+        Blocks.checkColumns(this, firstRow, rows, fromCol, cols, dstStride);
+        var f = FloatVector.SPECIES_512;
+        var ints = IntVector.SPECIES_512;
+        var bytes = ByteVector.SPECIES_128;
+        var b2i = VectorOperators.ZERO_EXTEND_B2I;
+        var halves = ShortVector.SPECIES_256;
+        var s2i = VectorOperators.S2I;
+        IntVector levels = LEVELS;
+        FloatVector bias = FloatVector.broadcast(f, FP16_BIAS);
+        MemorySegment w = copy();
+        for (int g = firstRow / GROUP, end = (firstRow + rows) / GROUP; g < end; g++) {
+            int rowAt = dstOffset + g * GROUP - firstRow;
+            long step = Blocks.groupBlockStride(g, groups, paired, GROUP_BLOCK_BYTES);
+            int units = unitGroups(g);
+            int u = placeInUnit(g);
+            long start = unitStart(g);
+            long next = (long) GROUP * units;
+            long section = (long) SECTION * units;
+            for (int b = fromCol / qk, last = (fromCol + cols) / qk; b < last; b++) {
+                long base = start + b * step;
+                long dAt = base + 2L * GROUP * u;
+                FloatVector d = ((IntVector) ShortVector.fromMemorySegment(halves, w, dAt, LE).convertShape(s2i, ints,
+                        0)).lanewise(VectorOperators.LSHL, 13).and(SCALE_BITS).reinterpretAsFloats().mul(bias);
+                FloatVector dmin = ((IntVector) ShortVector.fromMemorySegment(halves, w, dAt + (long) DMIN * units, LE)
+                        .convertShape(s2i, ints, 0)).lanewise(VectorOperators.LSHL, 13).and(SCALE_BITS)
+                        .reinterpretAsFloats().mul(bias);
+                IntVector high = IntVector.fromMemorySegment(ints, w, base + HIGH * units + 4L * GROUP * u, LE);
+                long sectionAt = base + HEAD * units + GROUP * u;
+                int at = rowAt + (b * qk - fromCol) * dstStride;
+                for (int j = 0; j < SUBS; j++) {
+                    long lowAt = sectionAt + section * (j / 2) + next * (j % 2);
+                    IntVector lo = (IntVector) ByteVector.fromMemorySegment(bytes, w, lowAt, LE)
+                            .convertShape(b2i, ints, 0);
+                    // The 6-bit scales and mins as in dotRows.
+                    FloatVector factor = d.mul((FloatVector) lo.and(0x0F).or(high.lanewise(VectorOperators.LSHR, 2 * j)
+                            .and(3).lanewise(VectorOperators.LSHL, 4)).convertShape(VectorOperators.I2F, f, 0));
+                    FloatVector offset = dmin.mul((FloatVector) lo.lanewise(VectorOperators.LSHR, 4).or(high.lanewise(
+                            VectorOperators.LSHR, 16 + 2 * j).and(3).lanewise(VectorOperators.LSHL, 4)).convertShape(
+                            VectorOperators.I2F, f, 0)).neg();
+                    boolean highNibble = (j & 1) == 1;
+                    long q0 = sectionAt + section * (j / 2) + 2 * next;
+                    int col = at + 32 * j * dstStride;
+                    for (int i = 0; i < 32; i++) {
+                        IntVector q = (IntVector) ByteVector.fromMemorySegment(bytes, w, q0 + next * i, LE)
+                                .convertShape(b2i, ints, 0);
+                        IntVector level = highNibble ? q.lanewise(VectorOperators.LSHR, 4) : q.and(0x0F);
+                        level.selectFrom(levels).reinterpretAsFloats().mul(factor).add(offset)
+                                .intoArray(dst, col + i * dstStride);
+                    }
+                }
+            }
+        }
+    }
+}
