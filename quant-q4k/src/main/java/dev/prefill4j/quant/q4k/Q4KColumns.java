@@ -194,21 +194,21 @@ final class Q4KColumns extends FloatPackedMatrix {
     }
 
     /**
-     * Two groups of 16 rows a step (each activation broadcast once for both), per super-block ({@link #superBlock})
-     * and pair of sub-blocks {@code 2c} and {@code 2c + 1}: 32 byte loads of each group, each widened to 16 int lanes,
-     * its low and high nibbles looked up in {@link #LEVELS} and multiplied with {@code x[64c + i]} and {@code x[64c +
-     * 32 + i]} into four running sums (low and high nibbles of each group); each sub-block's sum is accumulated times
-     * the 16 rows' 6-bit scales, and the sub-block's activation sum times their mins; the super-block's two sums then
-     * times {@code d} and {@code dmin} into the rows' products. Each row's product is {@code sum over sub-blocks of d *
+     * Two groups of 16 rows a step (each activation broadcast once for both), per super-block and section, the pair of
+     * sub-blocks {@code 2c} and {@code 2c + 1} ({@link #section}): 32 byte loads of each group, each widened to 16 int
+     * lanes, its low and high nibbles looked up in {@link #LEVELS} and multiplied with {@code x[64c + i]} and {@code
+     * x[64c + 32 + i]} into four running sums (low and high nibbles of each group); each sub-block's sum times the 16
+     * rows' 6-bit scales, and the sub-block's activation sum times their mins; those two sums times {@code d} and
+     * {@code dmin} added into the rows' products. Each row's product is {@code sum over sub-blocks of d *
      * scale * sum(q x) - dmin * min * sum(x)}, as the format's {@code dot} computes it, to float rounding; an odd last
      * group is computed as both of a step (the same bits twice).
      *
      * <p>{@code bench -m 1b-q4_k_m.gguf -p 16 -n 32 -r 2 -t 1 --profile --verify-tokens 0}, against the file's layout
-     * ({@code -Ddev.prefill4j.cpu.packedDecode=false}) in the same build, two alternating pairs: {@code ffn_gate+up}
-     * 14.2 and 14.7 against 11.7 and 12.0 GB/s, tg32 16.83 and 17.44 against 15.28 and 15.72 tok/s. With two threads
-     * the gain mostly goes ({@code ffn_gate+up} 22.1-23.3 against 21.7-22.2 GB/s; tg64 29.76, 30.56, 26.25, 29.22
-     * against 29.54, 28.53, 28.80, 29.03 tok/s, four pairs): both layouts then read at about 22-23 GB/s, which the
-     * Q4_0 file's copy passes (26.8), for reasons not found (Zen 5 VM, 2026-12-06).
+     * ({@code -Ddev.prefill4j.cpu.packedDecode=false}) in the same build, four alternating pairs: {@code ffn_gate+up}
+     * 13.3-14.8 against 11.3-12.5 GB/s, tg32 16.83, 15.94, 15.70, 15.94 against 16.04, 15.65, 15.54, 14.70 tok/s. With
+     * two threads the gain mostly goes (with a super-block a call, four pairs: tg64 29.76, 30.56, 26.25, 29.22 against
+     * 29.54, 28.53, 28.80, 29.03 tok/s; {@code ffn_gate+up} 22.1-23.3 against 21.7-22.2 GB/s): both layouts then read
+     * at about 22-23 GB/s, which the Q4_0 file's copy passes (26.8), for reasons not found (Zen 5 VM, 2026-12-06).
      */
     @Override
     public void dotRows(int firstRow, int rows, float[] prepared, float[] out, int outIndex) {
@@ -224,24 +224,30 @@ final class Q4KColumns extends FloatPackedMatrix {
             int at2 = pair ? at + GROUP : at;
             Arrays.fill(out, at, at2 + GROUP, 0f);
             for (int b = 0; b < blocks; b++) {
-                superBlock(unitStart(g) + b * step, units, placeInUnit(g), unitStart(g2) + b * step2, units2,
-                        placeInUnit(g2), prepared, b * Q4KQuantizer.QK, out, at, at2);
+                for (int c = 0; c < 4; c++) {
+                    section(unitStart(g) + b * step, units, placeInUnit(g), unitStart(g2) + b * step2, units2,
+                            placeInUnit(g2), prepared, b * Q4KQuantizer.QK, c, out, at, at2);
+                }
             }
         }
     }
 
     /**
-     * {@link #dotRows}' step for one super-block of two groups: their 16 rows' sums at {@code out[at]} and {@code
-     * out[at2]} (the same index for a group computed as both) plus this super-block's products. A method of its own,
-     * called once a super-block: as part of {@code dotRows}' loops C2 compiled it on stack replacement with an arena of
-     * 250 MB (35 MB otherwise), while the process held the whole model ({@code -XX:CompileCommand=memstat}).
+     * {@link #dotRows}' step for one section of one super-block of two groups (sub-blocks {@code 2c} and {@code 2c +
+     * 1}): its products added to the 16 rows' sums at {@code out[at]} and {@code out[at2]} (the same index for a group
+     * computed as both). A method of its own, called once a section, so that C2 compiles it whole after a few hundred
+     * calls rather than on stack replacement inside a longer loop: with the super-block's four sections in one method,
+     * called from {@code dotRows}' loops, the compilation on stack replacement took an arena of 250-265 MB (87 MB
+     * with a super-block a call; the normal compilations 31-35 MB; {@code -XX:CompileCommand=memstat}), and while it
+     * ran during the first prompt the process's peak RSS rose past the model's aim.
      *
-     * @param base   where group one's unit starts this super-block; {@code units} groups in it, the group {@code u1}-th
-     * @param base2  the same for group two
-     * @param xb     the super-block's first activation
+     * @param base  where group one's unit starts this super-block; {@code units} groups in it, the group {@code u1}-th
+     * @param base2 the same for group two
+     * @param xb    the super-block's first activation
+     * @param c     the section
      */
-    private void superBlock(long base, int units, int u1, long base2, int units2, int v2, float[] prepared, int xb,
-                            float[] out, int at, int at2) {
+    private void section(long base, int units, int u1, long base2, int units2, int v2, float[] prepared, int xb,
+                         int c, float[] out, int at, int at2) {
         var f = FloatVector.SPECIES_512;
         var ints = IntVector.SPECIES_512;
         var bytes = ByteVector.SPECIES_128;
@@ -254,12 +260,12 @@ final class Q4KColumns extends FloatPackedMatrix {
         int sums = source().cols() + xb / 32;
         long sectionAt = base + HEAD * units + GROUP * u1;
         long sectionAt2 = base2 + HEAD * units2 + GROUP * v2;
-        long section = (long) SECTION * units;
-        long section2 = (long) SECTION * units2;
+        long sectionBytes = (long) SECTION * units;
+        long sectionBytes2 = (long) SECTION * units2;
         long next = (long) GROUP * units; // from one sub-block's or byte's 16 bytes to the next
         long next2 = (long) GROUP * units2;
-        // The super-block's fields in the order they lie: d, dmin, the scales' high bits, then per pair of
-        // sub-blocks their low bits and nibbles. The fp16 factors as in Q4_0's copy (SCALE_BITS).
+        // The super-block's d, dmin and the scales' high bits (read again by each of its sections, from L1), then the
+        // section's low scale bits and nibbles, in the order they lie. The fp16 factors as in Q4_0's copy (SCALE_BITS).
         long dAt = base + 2L * GROUP * u1;
         long dAt2 = base2 + 2L * GROUP * v2;
         long dminAt = dAt + (long) DMIN * units;
@@ -274,68 +280,62 @@ final class Q4KColumns extends FloatPackedMatrix {
                 0)).lanewise(VectorOperators.LSHL, 13).and(SCALE_BITS).reinterpretAsFloats().mul(bias);
         IntVector high = IntVector.fromMemorySegment(ints, w, base + HIGH * units + 4L * GROUP * u1, LE);
         IntVector high2 = IntVector.fromMemorySegment(ints, w, base2 + HIGH * units2 + 4L * GROUP * v2, LE);
-        FloatVector t = FloatVector.zero(f); // sum of scale * sum(q x) over the sub-blocks
-        FloatVector t2 = t;
-        FloatVector u = t; // sum of min * sum(x)
-        FloatVector u2 = t;
-        for (int c = 0; c < 4; c++) {
-            FloatVector s0 = FloatVector.zero(f);
-            FloatVector s1 = s0;
-            FloatVector s2 = s0;
-            FloatVector s3 = s0;
-            int x = xb + 64 * c;
-            long lowAt = sectionAt + section * c;
-            long lowAt2 = sectionAt2 + section2 * c;
-            long q0 = lowAt + 2 * next;
-            long q20 = lowAt2 + 2 * next2;
-            for (int i = 0; i < 32; i++) {
-                FloatVector x0 = FloatVector.broadcast(f, prepared[x + i]);
-                FloatVector x1 = FloatVector.broadcast(f, prepared[x + 32 + i]);
-                IntVector q = (IntVector) ByteVector.fromMemorySegment(bytes, w, q0 + next * i, LE)
-                        .convertShape(b2i, ints, 0);
-                s0 = q.and(0x0F).selectFrom(levels).reinterpretAsFloats().fma(x0, s0);
-                s1 = q.lanewise(VectorOperators.LSHR, 4).selectFrom(levels).reinterpretAsFloats().fma(x1, s1);
-                IntVector q2 = (IntVector) ByteVector.fromMemorySegment(bytes, w, q20 + next2 * i, LE)
-                        .convertShape(b2i, ints, 0);
-                s2 = q2.and(0x0F).selectFrom(levels).reinterpretAsFloats().fma(x0, s2);
-                s3 = q2.lanewise(VectorOperators.LSHR, 4).selectFrom(levels).reinterpretAsFloats().fma(x1, s3);
-            }
-            // Sub-blocks 2c (low nibbles) and 2c + 1 (high): the 6-bit scales and mins of the 16 rows, each
-            // its low four bits and its two high bits moved to bits 4-5 (written out here: a helper returning
-            // a vector may be left out of line, and then boxes it).
-            int j = 2 * c;
-            int sh = 2 * j;
-            FloatVector x0 = FloatVector.broadcast(f, prepared[sums + j]);
-            FloatVector x1 = FloatVector.broadcast(f, prepared[sums + j + 1]);
-            IntVector lo = (IntVector) ByteVector.fromMemorySegment(bytes, w, lowAt, LE)
+        FloatVector s0 = FloatVector.zero(f);
+        FloatVector s1 = s0;
+        FloatVector s2 = s0;
+        FloatVector s3 = s0;
+        int x = xb + 64 * c;
+        long lowAt = sectionAt + sectionBytes * c;
+        long lowAt2 = sectionAt2 + sectionBytes2 * c;
+        long q0 = lowAt + 2 * next;
+        long q20 = lowAt2 + 2 * next2;
+        for (int i = 0; i < 32; i++) {
+            FloatVector x0 = FloatVector.broadcast(f, prepared[x + i]);
+            FloatVector x1 = FloatVector.broadcast(f, prepared[x + 32 + i]);
+            IntVector q = (IntVector) ByteVector.fromMemorySegment(bytes, w, q0 + next * i, LE)
                     .convertShape(b2i, ints, 0);
-            IntVector lo1 = (IntVector) ByteVector.fromMemorySegment(bytes, w, lowAt + next, LE)
+            s0 = q.and(0x0F).selectFrom(levels).reinterpretAsFloats().fma(x0, s0);
+            s1 = q.lanewise(VectorOperators.LSHR, 4).selectFrom(levels).reinterpretAsFloats().fma(x1, s1);
+            IntVector q2 = (IntVector) ByteVector.fromMemorySegment(bytes, w, q20 + next2 * i, LE)
                     .convertShape(b2i, ints, 0);
-            IntVector hs = high.lanewise(VectorOperators.LSHR, sh);
-            t = s0.fma((FloatVector) lo.and(0x0F).or(hs.and(3).lanewise(VectorOperators.LSHL, 4))
-                    .convertShape(VectorOperators.I2F, f, 0), t);
-            t = s1.fma((FloatVector) lo1.and(0x0F).or(hs.and(12).lanewise(VectorOperators.LSHL, 2))
-                    .convertShape(VectorOperators.I2F, f, 0), t);
-            IntVector hm = high.lanewise(VectorOperators.LSHR, 16 + sh);
-            u = ((FloatVector) lo.lanewise(VectorOperators.LSHR, 4).or(hm.and(3).lanewise(VectorOperators.LSHL,
-                    4)).convertShape(VectorOperators.I2F, f, 0)).fma(x0, u);
-            u = ((FloatVector) lo1.lanewise(VectorOperators.LSHR, 4).or(hm.and(12).lanewise(VectorOperators.LSHL,
-                    2)).convertShape(VectorOperators.I2F, f, 0)).fma(x1, u);
-            IntVector lo2 = (IntVector) ByteVector.fromMemorySegment(bytes, w, lowAt2, LE)
-                    .convertShape(b2i, ints, 0);
-            IntVector lo21 = (IntVector) ByteVector.fromMemorySegment(bytes, w, lowAt2 + next2, LE)
-                    .convertShape(b2i, ints, 0);
-            IntVector hs2 = high2.lanewise(VectorOperators.LSHR, sh);
-            t2 = s2.fma((FloatVector) lo2.and(0x0F).or(hs2.and(3).lanewise(VectorOperators.LSHL, 4))
-                    .convertShape(VectorOperators.I2F, f, 0), t2);
-            t2 = s3.fma((FloatVector) lo21.and(0x0F).or(hs2.and(12).lanewise(VectorOperators.LSHL, 2))
-                    .convertShape(VectorOperators.I2F, f, 0), t2);
-            IntVector hm2 = high2.lanewise(VectorOperators.LSHR, 16 + sh);
-            u2 = ((FloatVector) lo2.lanewise(VectorOperators.LSHR, 4).or(hm2.and(3).lanewise(
-                    VectorOperators.LSHL, 4)).convertShape(VectorOperators.I2F, f, 0)).fma(x0, u2);
-            u2 = ((FloatVector) lo21.lanewise(VectorOperators.LSHR, 4).or(hm2.and(12).lanewise(
-                    VectorOperators.LSHL, 2)).convertShape(VectorOperators.I2F, f, 0)).fma(x1, u2);
+            s2 = q2.and(0x0F).selectFrom(levels).reinterpretAsFloats().fma(x0, s2);
+            s3 = q2.lanewise(VectorOperators.LSHR, 4).selectFrom(levels).reinterpretAsFloats().fma(x1, s3);
         }
+        // Sub-blocks 2c (low nibbles) and 2c + 1 (high): the 6-bit scales and mins of the 16 rows, each
+        // its low four bits and its two high bits moved to bits 4-5 (written out here: a helper returning
+        // a vector may be left out of line, and then boxes it).
+        int j = 2 * c;
+        int sh = 2 * j;
+        FloatVector x0 = FloatVector.broadcast(f, prepared[sums + j]);
+        FloatVector x1 = FloatVector.broadcast(f, prepared[sums + j + 1]);
+        IntVector lo = (IntVector) ByteVector.fromMemorySegment(bytes, w, lowAt, LE)
+                .convertShape(b2i, ints, 0);
+        IntVector lo1 = (IntVector) ByteVector.fromMemorySegment(bytes, w, lowAt + next, LE)
+                .convertShape(b2i, ints, 0);
+        IntVector hs = high.lanewise(VectorOperators.LSHR, sh);
+        FloatVector t = s0.mul((FloatVector) lo.and(0x0F).or(hs.and(3).lanewise(VectorOperators.LSHL, 4))
+                .convertShape(VectorOperators.I2F, f, 0));
+        t = s1.fma((FloatVector) lo1.and(0x0F).or(hs.and(12).lanewise(VectorOperators.LSHL, 2))
+                .convertShape(VectorOperators.I2F, f, 0), t);
+        IntVector hm = high.lanewise(VectorOperators.LSHR, 16 + sh);
+        FloatVector u = ((FloatVector) lo.lanewise(VectorOperators.LSHR, 4).or(hm.and(3).lanewise(VectorOperators.LSHL,
+                4)).convertShape(VectorOperators.I2F, f, 0)).mul(x0);
+        u = ((FloatVector) lo1.lanewise(VectorOperators.LSHR, 4).or(hm.and(12).lanewise(VectorOperators.LSHL,
+                2)).convertShape(VectorOperators.I2F, f, 0)).fma(x1, u);
+        IntVector lo2 = (IntVector) ByteVector.fromMemorySegment(bytes, w, lowAt2, LE)
+                .convertShape(b2i, ints, 0);
+        IntVector lo21 = (IntVector) ByteVector.fromMemorySegment(bytes, w, lowAt2 + next2, LE)
+                .convertShape(b2i, ints, 0);
+        IntVector hs2 = high2.lanewise(VectorOperators.LSHR, sh);
+        FloatVector t2 = s2.mul((FloatVector) lo2.and(0x0F).or(hs2.and(3).lanewise(VectorOperators.LSHL, 4))
+                .convertShape(VectorOperators.I2F, f, 0));
+        t2 = s3.fma((FloatVector) lo21.and(0x0F).or(hs2.and(12).lanewise(VectorOperators.LSHL, 2))
+                .convertShape(VectorOperators.I2F, f, 0), t2);
+        IntVector hm2 = high2.lanewise(VectorOperators.LSHR, 16 + sh);
+        FloatVector u2 = ((FloatVector) lo2.lanewise(VectorOperators.LSHR, 4).or(hm2.and(3).lanewise(
+                VectorOperators.LSHL, 4)).convertShape(VectorOperators.I2F, f, 0)).mul(x0);
+        u2 = ((FloatVector) lo21.lanewise(VectorOperators.LSHR, 4).or(hm2.and(12).lanewise(
+                VectorOperators.LSHL, 2)).convertShape(VectorOperators.I2F, f, 0)).fma(x1, u2);
         FloatVector sum = FloatVector.fromArray(f, out, at).add(t.mul(d).sub(u.mul(dmin)));
         FloatVector sum2 = FloatVector.fromArray(f, out, at2).add(t2.mul(d2).sub(u2.mul(dmin2)));
         sum.intoArray(out, at);
