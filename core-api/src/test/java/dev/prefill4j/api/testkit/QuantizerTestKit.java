@@ -12,6 +12,7 @@ import java.lang.foreign.ValueLayout;
 import java.util.ArrayList;
 import java.util.Arrays;
 import java.util.List;
+import java.util.Random;
 import java.util.ServiceLoader;
 import java.util.SplittableRandom;
 
@@ -676,7 +677,7 @@ public final class QuantizerTestKit {
      * @param random activations' source
      * @param layout said in failures (which layout of the copy this is)
      */
-    public static void checkPackedCopy(PackedMatrix p, float[] w, int rows, int n, java.util.Random random,
+    public static void checkPackedCopy(PackedMatrix p, float[] w, int rows, int n, Random random,
                                        String layout) {
         Quantizer q = p.source().format();
         float[] panel = new float[n * rows];
