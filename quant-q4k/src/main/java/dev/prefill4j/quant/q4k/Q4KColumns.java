@@ -223,13 +223,17 @@ final class Q4KColumns extends FloatPackedMatrix {
             long step2 = Blocks.groupBlockStride(g2, groups, paired, GROUP_BLOCK_BYTES);
             int units = unitGroups(g);
             int units2 = unitGroups(g2);
+            int u = placeInUnit(g);
+            int u2 = placeInUnit(g2);
+            long start = unitStart(g);
+            long start2 = unitStart(g2);
             int at = outIndex + (g * GROUP - firstRow);
             int at2 = pair ? at + GROUP : at;
             Arrays.fill(out, at, at2 + GROUP, 0f);
             for (int b = 0; b < blocks; b++) {
                 for (int c = 0; c < 4; c++) {
-                    section(unitStart(g) + b * step, units, placeInUnit(g), unitStart(g2) + b * step2, units2,
-                            placeInUnit(g2), prepared, b * Q4KQuantizer.QK, c, out, at, at2);
+                    section(start + b * step, units, u, start2 + b * step2, units2, u2, prepared,
+                            b * Q4KQuantizer.QK, c, out, at, at2);
                 }
             }
         }
