@@ -1,7 +1,6 @@
 package dev.prefill4j.quant.q4k;
 
 import dev.prefill4j.api.spi.Blocks;
-import dev.prefill4j.api.spi.FloatPackedMatrix;
 import dev.prefill4j.api.spi.PackedMatrix;
 import dev.prefill4j.api.spi.WeightMatrix;
 import java.lang.foreign.Arena;
@@ -50,75 +49,27 @@ import jdk.incubator.vector.VectorOperators;
  * reads two streams, without the loads ahead Q4_0's copy makes there: NOT VERIFIED for speed there (its products are
  * checked in both layouts).
  */
-final class Q4KColumns extends FloatPackedMatrix {
-    /** Rows side by side: the float lanes of a 512-bit vector. */
-    static final int GROUP = 16;
+final class Q4KColumns extends KColumns {
     /** Bytes of one super-block of one group: what the 16 rows' super-blocks take in the file. */
     static final int GROUP_BLOCK_BYTES = GROUP * Q4KQuantizer.BYTES;
     /** Sub-blocks of 32 elements in a super-block. */
     private static final int SUBS = 8;
     private static final ByteOrder LE = ByteOrder.LITTLE_ENDIAN;
-    /**
-     * 2^112: an fp16's exponent and mantissa moved to a float's places are its value times 2^-112, exactly (the same
-     * conversion as Q4_0's copy).
-     */
-    private static final float FP16_BIAS = 0x1p112f;
-    /**
-     * The bits kept of a sign-extended fp16 shifted left by 13 in an int lane: its exponent and mantissa, now in a
-     * float's places, and bit 31, a copy of its sign. As a float that is the fp16's value times 2^-112.
-     */
-    private static final int SCALE_BITS = 0x8FFF_FFFF;
     /** The float bits of {@code q} in lane {@code q}: a nibble as a lane index selects its level. */
     private static final IntVector LEVELS = IntVector.fromArray(IntVector.SPECIES_512,
             IntStream.range(0, 16).map(q -> Float.floatToRawIntBits(q)).toArray(), 0);
 
-    private final int blocks;
-    private final int groups;
-    private final boolean paired;
-
     private Q4KColumns(WeightMatrix source, MemorySegment packed, boolean paired) {
-        super(source, packed, GROUP);
-        this.blocks = source().cols() / Q4KQuantizer.QK;
-        this.groups = source().rows() / GROUP;
-        this.paired = paired;
+        super(source, packed, paired, GROUP_BLOCK_BYTES);
     }
 
     /**
-     * {@return {@code w} packed, or empty where it cannot be}: without 16 float lanes, with rows not a multiple of
-     * {@value #GROUP}, or with a {@code d} or {@code dmin} that is infinite or NaN. The units are packed in parallel
-     * (the common fork-join pool).
+     * {@return {@code w} packed, with the groups in pairs as units or not ({@link Blocks#PAIRED_GROUPS}; tests take
+     * both), or empty where it cannot be}: without 16 float lanes, with rows not a multiple of {@value #GROUP}, or with
+     * a {@code d} or {@code dmin} that is infinite or NaN ({@link KColumns#pack})
      */
-    static Optional<PackedMatrix> pack(WeightMatrix w, Arena arena) {
-        return pack(w, arena, Blocks.PAIRED_GROUPS);
-    }
-
-    /** {@link #pack(WeightMatrix, Arena)} with the groups in pairs or not (package-private: tests take both). */
     static Optional<PackedMatrix> pack(WeightMatrix w, Arena arena, boolean paired) {
-        if (KQuants.FLOATS.length() != GROUP || w.rows() % GROUP != 0) {
-            return Optional.empty();
-        }
-        int blocks = w.cols() / Q4KQuantizer.QK;
-        int groups = w.rows() / GROUP;
-        MemorySegment packed = arena.allocate((long) groups * blocks * GROUP_BLOCK_BYTES, 64);
-        Q4KColumns p = new Q4KColumns(w, packed, paired);
-        boolean finite = Blocks.packGroups(paired ? (groups + 1) / 2 : groups, k -> p.packUnit(paired ? 2 * k : k));
-        return finite ? Optional.of(p) : Optional.empty();
-    }
-
-    /** {@return how many groups the unit of group {@code g} holds: two where it is one of a pair, else one} */
-    private int unitGroups(int g) {
-        return paired && (g | 1) < groups ? 2 : 1;
-    }
-
-    /** {@return group {@code g}'s place in its unit: 0, or 1 for the second of a pair} */
-    private int placeInUnit(int g) {
-        return unitGroups(g) == 2 ? g & 1 : 0;
-    }
-
-    /** {@return where the first super-block of the unit of group {@code g} starts} */
-    private long unitStart(int g) {
-        return Blocks.groupBlockOffset(g, 0, blocks, groups, paired, GROUP_BLOCK_BYTES)
-                - (long) placeInUnit(g) * GROUP_BLOCK_BYTES;
+        return pack(w, arena, paired, GROUP_BLOCK_BYTES, Q4KColumns::new);
     }
 
     /** Bytes a group ahead of a unit's fields: {@code d} 0, {@code dmin} 32, the scales' high bits 64, sections 128. */
@@ -128,50 +79,33 @@ final class Q4KColumns extends FloatPackedMatrix {
     /** Bytes a group of one section: two sub-blocks' low scale bits, then 32 bytes of nibbles. */
     private static final int SECTION = 34 * GROUP;
 
-    /**
-     * Packs the unit whose first group is {@code g0}.
-     *
-     * @return false if a {@code d} or {@code dmin} is infinite or NaN
-     */
-    private boolean packUnit(int g0) {
-        int units = unitGroups(g0);
-        int bytes = Q4KQuantizer.BYTES;
-        long rowBytes = source().rowBytes();
-        byte[] row = new byte[bytes];
-        byte[] unit = new byte[units * GROUP_BLOCK_BYTES];
-        long start = unitStart(g0);
-        long step = Blocks.groupBlockStride(g0, groups, paired, GROUP_BLOCK_BYTES);
-        for (int b = 0; b < blocks; b++) {
-            for (int u = 0; u < units; u++) {
-                for (int l = 0; l < GROUP; l++) {
-                    MemorySegment.copy(source().data(), Blocks.I8, (GROUP * (long) (g0 + u) + l) * rowBytes
-                            + (long) b * bytes, row, 0, bytes);
-                    for (int h = 0; h < 2; h++) { // d, then dmin
-                        if ((row[2 * h + 1] & 0x7C) == 0x7C) { // exponent all ones: infinite or NaN
-                            return false;
-                        }
-                        int at = units * DMIN * h + 2 * GROUP * u + 2 * l;
-                        unit[at] = row[2 * h];
-                        unit[at + 1] = row[2 * h + 1];
-                    }
-                    int high = 0;
-                    for (int j = 0; j < SUBS; j++) {
-                        int sc = KQuants.scale(row, 0, j);
-                        int m = KQuants.min(row, 0, j);
-                        unit[units * (HEAD + SECTION * (j / 2)) + GROUP * (units * (j % 2) + u) + l] =
-                                (byte) ((sc & 0x0F) | (m & 0x0F) << 4);
-                        high |= (sc >>> 4) << (2 * j) | (m >>> 4) << (16 + 2 * j);
-                    }
-                    for (int k = 0; k < 4; k++) {
-                        unit[units * HIGH + 4 * GROUP * u + 4 * l + k] = (byte) (high >>> (8 * k));
-                    }
-                    for (int i = 0; i < 128; i++) {
-                        int at = units * (HEAD + SECTION * (i / 32)) + GROUP * (units * (2 + i % 32) + u) + l;
-                        unit[at] = row[16 + i];
-                    }
+    @Override
+    boolean packBlock(byte[][] rows, int units, int u, byte[] unit) {
+        for (int l = 0; l < GROUP; l++) {
+            byte[] row = rows[l];
+            for (int h = 0; h < 2; h++) { // d, then dmin
+                if ((row[2 * h + 1] & 0x7C) == 0x7C) { // exponent all ones: infinite or NaN
+                    return false;
                 }
+                int at = units * DMIN * h + 2 * GROUP * u + 2 * l;
+                unit[at] = row[2 * h];
+                unit[at + 1] = row[2 * h + 1];
             }
-            MemorySegment.copy(unit, 0, copy(), Blocks.I8, start + b * step, unit.length);
+            int high = 0;
+            for (int j = 0; j < SUBS; j++) {
+                int sc = KQuants.scale(row, 0, j);
+                int m = KQuants.min(row, 0, j);
+                unit[units * (HEAD + SECTION * (j / 2)) + GROUP * (units * (j % 2) + u) + l] =
+                        (byte) ((sc & 0x0F) | (m & 0x0F) << 4);
+                high |= (sc >>> 4) << (2 * j) | (m >>> 4) << (16 + 2 * j);
+            }
+            for (int k = 0; k < 4; k++) {
+                unit[units * HIGH + 4 * GROUP * u + 4 * l + k] = (byte) (high >>> (8 * k));
+            }
+            for (int i = 0; i < 128; i++) {
+                int at = units * (HEAD + SECTION * (i / 32)) + GROUP * (units * (2 + i % 32) + u) + l;
+                unit[at] = row[16 + i];
+            }
         }
         return true;
     }
@@ -197,14 +131,14 @@ final class Q4KColumns extends FloatPackedMatrix {
     }
 
     /**
-     * Two groups of 16 rows a step (each activation broadcast once for both), per super-block and section, the pair of
-     * sub-blocks {@code 2c} and {@code 2c + 1} ({@link #section}): 32 byte loads of each group, each widened to 16 int
-     * lanes, its low and high nibbles looked up in {@link #LEVELS} and multiplied with {@code x[64c + i]} and {@code
-     * x[64c + 32 + i]} into four running sums (low and high nibbles of each group); each sub-block's sum times the 16
-     * rows' 6-bit scales, and the sub-block's activation sum times their mins; those two sums times {@code d} and
-     * {@code dmin} added into the rows' products. Each row's product is {@code sum over sub-blocks of d *
-     * scale * sum(q x) - dmin * min * sum(x)}, as the format's {@code dot} computes it, to float rounding; an odd last
-     * group is computed as both of a step (the same bits twice).
+     * {@link #dotRows}' step for one section of one super-block of two groups, the pair of sub-blocks {@code 2c} and
+     * {@code 2c + 1}: 32 byte loads of each group, each widened to 16 int lanes, its low and high nibbles looked up in
+     * {@link #LEVELS} and multiplied with {@code x[64c + i]} and {@code x[64c + 32 + i]} (each broadcast once for both
+     * groups) into four running sums (low and high nibbles of each group); each sub-block's sum times the 16 rows'
+     * 6-bit scales, and the sub-block's activation sum times their mins; those two sums times {@code d} and {@code
+     * dmin} added into the rows' products at {@code out[at]} and {@code out[at2]}. Each row's product is {@code sum
+     * over sub-blocks of d * scale * sum(q x) - dmin * min * sum(x)}, as the format's {@code dot} computes it, to float
+     * rounding.
      *
      * <p>{@code bench -m 1b-q4_k_m.gguf -p 16 -n 32 -r 2 -t 1 --profile --verify-tokens 0}, against the file's layout
      * ({@code -Ddev.prefill4j.cpu.packedDecode=false}) in the same build, four alternating pairs: {@code ffn_gate+up}
@@ -212,49 +146,22 @@ final class Q4KColumns extends FloatPackedMatrix {
      * two threads the gain mostly goes (with a super-block a call, four pairs: tg64 29.76, 30.56, 26.25, 29.22 against
      * 29.54, 28.53, 28.80, 29.03 tok/s; {@code ffn_gate+up} 22.1-23.3 against 21.7-22.2 GB/s): both layouts then read
      * at about 22-23 GB/s, which the Q4_0 file's copy passes (26.8), for reasons not found (Zen 5 VM, 2026-12-06).
-     */
-    @Override
-    public void dotRows(int firstRow, int rows, float[] prepared, float[] out, int outIndex) {
-        Blocks.checkRowGroups(firstRow, rows, GROUP);
-        for (int g = firstRow / GROUP, end = (firstRow + rows) / GROUP; g < end; g += 2) {
-            boolean pair = g + 1 < end;
-            int g2 = pair ? g + 1 : g;
-            long step = Blocks.groupBlockStride(g, groups, paired, GROUP_BLOCK_BYTES);
-            long step2 = Blocks.groupBlockStride(g2, groups, paired, GROUP_BLOCK_BYTES);
-            int units = unitGroups(g);
-            int units2 = unitGroups(g2);
-            int u = placeInUnit(g);
-            int u2 = placeInUnit(g2);
-            long start = unitStart(g);
-            long start2 = unitStart(g2);
-            int at = outIndex + (g * GROUP - firstRow);
-            int at2 = pair ? at + GROUP : at;
-            Arrays.fill(out, at, at2 + GROUP, 0f);
-            for (int b = 0; b < blocks; b++) {
-                for (int c = 0; c < 4; c++) {
-                    section(start + b * step, units, u, start2 + b * step2, units2, u2, prepared,
-                            b * Q4KQuantizer.QK, c, out, at, at2);
-                }
-            }
-        }
-    }
-
-    /**
-     * {@link #dotRows}' step for one section of one super-block of two groups (sub-blocks {@code 2c} and {@code 2c +
-     * 1}): its products added to the 16 rows' sums at {@code out[at]} and {@code out[at2]} (the same index for a group
-     * computed as both). A method of its own, called once a section, so that C2 compiles it whole after a few hundred
-     * calls rather than on stack replacement inside a longer loop: with the super-block's four sections in one method,
-     * called from {@code dotRows}' loops, the compilation on stack replacement took an arena of 250-265 MB (87 MB
-     * with a super-block a call; the normal compilations 31-35 MB; {@code -XX:CompileCommand=memstat}), and while it
-     * ran during the first prompt the process's peak RSS rose past the model's aim.
+     *
+     * <p>A method of its own, called once a section, so that C2 compiles it whole after a few hundred calls rather than
+     * on stack replacement inside a longer loop: with the super-block's four sections in one method, called from
+     * {@code dotRows}' loops, the compilation on stack replacement took an arena of 250-265 MB (87 MB with a
+     * super-block a call; the normal compilations 31-35 MB; {@code -XX:CompileCommand=memstat}), and while it ran
+     * during the first prompt the process's peak RSS rose past the model's aim.
      *
      * @param base  where group one's unit starts this super-block; {@code units} groups in it, the group {@code u1}-th
      * @param base2 the same for group two
-     * @param xb    the super-block's first activation
+     * @param b     the super-block
      * @param c     the section
      */
-    private void section(long base, int units, int u1, long base2, int units2, int v2, float[] prepared, int xb,
-                         int c, float[] out, int at, int at2) {
+    @Override
+    void section(long base, int units, int u1, long base2, int units2, int v2, float[] prepared, int b, int c,
+                 float[] out, int at, int at2) {
+        int xb = b * Q4KQuantizer.QK; // the super-block's first activation
         var f = FloatVector.SPECIES_512;
         var ints = IntVector.SPECIES_512;
         var bytes = ByteVector.SPECIES_128;
@@ -370,7 +277,7 @@ final class Q4KColumns extends FloatPackedMatrix {
         MemorySegment w = copy();
         for (int g = firstRow / GROUP, end = (firstRow + rows) / GROUP; g < end; g++) {
             int rowAt = dstOffset + g * GROUP - firstRow;
-            long step = Blocks.groupBlockStride(g, groups, paired, GROUP_BLOCK_BYTES);
+            long step = unitStride(g);
             int units = unitGroups(g);
             int u = placeInUnit(g);
             long start = unitStart(g);

@@ -78,7 +78,7 @@ public final class Q4KQuantizer implements Quantizer {
         if (!w.format().id().equals(id())) {
             throw new IllegalArgumentException(w.name() + " is " + w.format().id() + ", not " + id());
         }
-        return Q4KColumns.pack(w, arena);
+        return Q4KColumns.pack(w, arena, Blocks.PAIRED_GROUPS);
     }
 
     /**

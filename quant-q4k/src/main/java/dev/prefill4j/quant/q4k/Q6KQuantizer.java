@@ -2,9 +2,13 @@ package dev.prefill4j.quant.q4k;
 
 import dev.prefill4j.api.ApiVersion;
 import dev.prefill4j.api.spi.Blocks;
+import dev.prefill4j.api.spi.PackedMatrix;
 import dev.prefill4j.api.spi.Quantizer;
+import dev.prefill4j.api.spi.WeightMatrix;
+import java.lang.foreign.Arena;
 import java.lang.foreign.MemorySegment;
 import java.nio.ByteOrder;
+import java.util.Optional;
 import java.util.OptionalInt;
 import jdk.incubator.vector.ByteVector;
 import jdk.incubator.vector.FloatVector;
@@ -66,6 +70,41 @@ public final class Q6KQuantizer implements Quantizer {
                 }
             }
         }
+    }
+
+    /**
+     * Rows longer than this are packed for decode steps ({@link #packForDecode}); shorter ones are read from the file,
+     * whose row kernel keeps their prepared activations (at most 20 KiB) in L1.
+     */
+    static final int LONG_ROW = 4096;
+
+    /**
+     * With 16 float lanes and rows longer than {@value #LONG_ROW} elements (a Llama FFN's down projection), a copy with
+     * 16 rows side by side ({@link Q6KColumns}): its decode products broadcast each activation once for 32 rows where
+     * the file's layout loads a vector of prepared activations per 16 weights of one row, 40 KiB of them over a row of
+     * 8,192, which do not stay in L1 with the weights streaming past. The same bytes as the file's super-blocks, laid
+     * out again. Shorter rows stay in the file: over 2,048-element rows the two layouts read at the same rate (24.8
+     * against 25.7 GB/s, two threads, harness outside the repository), and packing the 1B files' output matrix, the
+     * first Q6_K matrix the Q4_0 file's decode steps meet, had C2 compile the copy's kernel again once Q4_0's copy was
+     * loaded, its arena on top of the whole model (peak resident memory 882-927 MiB against an aim of 858.3; Zen 5 VM,
+     * 2026-12-06).
+     */
+    @Override
+    public Optional<PackedMatrix> packForDecode(WeightMatrix w, Arena arena) {
+        if (!w.format().id().equals(id())) {
+            throw new IllegalArgumentException(w.name() + " is " + w.format().id() + ", not " + id());
+        }
+        return w.cols() > LONG_ROW ? Q6KColumns.pack(w, arena, Blocks.PAIRED_GROUPS) : Optional.empty();
+    }
+
+    /**
+     * True: a packed copy gives back each weight as {@code decode} does ({@link Q6KColumns#decodeColumns}), so a
+     * prompt's products may read it too, and the copy (as many bytes as the file's super-blocks) can take their place
+     * in memory.
+     */
+    @Override
+    public boolean packedCopyDecodes() {
+        return true;
     }
 
     /**

@@ -6,11 +6,13 @@ import static org.junit.jupiter.api.Assumptions.assumeTrue;
 
 import dev.prefill4j.api.spi.Blocks;
 import dev.prefill4j.api.spi.PackedMatrix;
+import dev.prefill4j.api.spi.Quantizer;
 import dev.prefill4j.api.spi.WeightMatrix;
 import dev.prefill4j.api.testkit.QuantizerTestKit;
 import java.lang.foreign.Arena;
 import java.lang.foreign.MemorySegment;
 import java.util.List;
+import java.util.Optional;
 import java.util.Random;
 import org.junit.jupiter.api.Test;
 
@@ -129,23 +131,80 @@ class KQuantFormatsTest {
      * float lanes, where nothing is packed.
      */
     @Test
-    void packedCopyKeepsEveryKindOfFactor() {
-        assumeTrue(KQuants.FLOATS.length() == Q4KColumns.GROUP, "no 16 float lanes here: Q4_K packs nothing");
-        var q = new Q4KQuantizer();
+    void q4kPackedCopyKeepsEveryKindOfFactor() {
+        checkEveryKindOfFactor(new Q4KQuantizer(), Q4KColumns::pack, 0, 2);
+    }
+
+    /**
+     * Q6_K's packed copy ({@link Q6KColumns}) as Q4_K's above: every kind of fp16 {@code d}, random bytes for the
+     * levels and int8 scales (-128 included), so every level 0-63 in every slot of the three ints, the split sixteenth
+     * too.
+     */
+    @Test
+    void q6kPackedCopyKeepsEveryKindOfFactor() {
+        checkEveryKindOfFactor(new Q6KQuantizer(), Q6KColumns::pack, 208);
+    }
+
+    /**
+     * Q6_K packs rows longer than {@link Q6KQuantizer#LONG_ROW} elements only: a matrix of 2,048-element rows is not
+     * packed, one of 4,352 is, and its products and panels pass {@link QuantizerTestKit#checkPackedCopy} (the kit's
+     * own packed checks, on 2,048-element rows, find nothing packed).
+     */
+    @Test
+    void q6kPacksLongRowsOnly() {
+        assumeTrue(KQuants.FLOATS.length() == KColumns.GROUP, "no 16 float lanes here: Q6_K packs nothing");
+        var q = new Q6KQuantizer();
+        Random random = new Random(5);
+        int rows = 48;
+        for (int n : new int[] {2048, Q6KQuantizer.LONG_ROW + Q6KQuantizer.QK}) {
+            float[] x = new float[rows * n];
+            for (int i = 0; i < x.length; i++) {
+                x[i] = (float) random.nextGaussian();
+            }
+            MemorySegment m = Arena.ofAuto().allocate(q.byteSize(n) * rows);
+            for (int r = 0; r < rows; r++) {
+                q.encode(x, r * n, n, m, r * q.byteSize(n));
+            }
+            float[] w = new float[rows * n];
+            q.decode(m, 0, w, 0, rows * n);
+            try (Arena arena = Arena.ofShared()) {
+                Optional<PackedMatrix> p = q.packForDecode(new WeightMatrix("rows", q, m, rows, n), arena);
+                assertEquals(n > Q6KQuantizer.LONG_ROW, p.isPresent(), n + "-element rows packed: " + p.isPresent());
+                if (p.isPresent()) {
+                    QuantizerTestKit.checkPackedCopy(p.get(), w, rows, n, random, " (" + n + "-element rows)");
+                }
+            }
+        }
+    }
+
+    /** A format's packing of 16 rows side by side, in pairs of groups or not. */
+    private interface Packer {
+        Optional<PackedMatrix> pack(WeightMatrix w, Arena arena, boolean paired);
+    }
+
+    /**
+     * 48 rows of 4 super-blocks of {@code q}, the fp16 factors at {@code fields} of each of every kind in rotating
+     * order, all other bytes random: packed in both layouts, {@link QuantizerTestKit#checkPackedCopy}; one infinite
+     * or NaN factor anywhere, nothing packed.
+     */
+    private static void checkEveryKindOfFactor(Quantizer q, Packer packer, int... fields) {
+        assumeTrue(KQuants.FLOATS.length() == KColumns.GROUP, "no 16 float lanes here: " + q.id() + " packs nothing");
         int rows = 48;
         int blocks = 4;
-        int n = Q4KQuantizer.QK * blocks;
+        int bytes = q.blockBytes();
+        int n = q.blockSize() * blocks;
         short[] kinds = {0x0000, (short) 0x8000, 0x0001, (short) 0x8001, 0x03FF, 0x0400, 0x3C00, (short) 0xBC00,
             0x1234, (short) 0xC321, 0x7BFF, (short) 0xFBFF, 0x2E66, (short) 0x83FF, 0x0200, (short) 0xABCD};
         Random random = new Random(12);
-        MemorySegment m = Arena.ofAuto().allocate((long) Q4KQuantizer.BYTES * blocks * rows);
+        MemorySegment m = Arena.ofAuto().allocate((long) bytes * blocks * rows);
+        for (int i = 0; i < m.byteSize(); i++) {
+            m.set(Blocks.I8, i, (byte) random.nextInt());
+        }
         for (int r = 0; r < rows; r++) {
             for (int k = 0; k < blocks; k++) {
-                long o = (long) Q4KQuantizer.BYTES * (r * blocks + k);
-                m.set(Blocks.I16, o, kinds[(r + 3 * k) % kinds.length]);
-                m.set(Blocks.I16, o + 2, kinds[(r + 5 * k + 7) % kinds.length]);
-                for (int j = 4; j < Q4KQuantizer.BYTES; j++) {
-                    m.set(Blocks.I8, o + j, (byte) random.nextInt());
+                for (int f = 0; f < fields.length; f++) {
+                    m.set(Blocks.I16, (long) bytes * (r * blocks + k) + fields[f],
+                            kinds[(r + (3 + 2 * f) * k + 7 * f) % kinds.length]);
                 }
             }
         }
@@ -153,20 +212,20 @@ class KQuantFormatsTest {
         q.decode(m, 0, w, 0, rows * n);
         for (boolean paired : new boolean[] {true, false}) {
             try (Arena arena = Arena.ofShared()) {
-                PackedMatrix p = Q4KColumns.pack(new WeightMatrix("factors", q, m, rows, n), arena, paired)
-                        .orElseThrow();
+                PackedMatrix p = packer.pack(new WeightMatrix("factors", q, m, rows, n), arena, paired).orElseThrow();
                 QuantizerTestKit.checkPackedCopy(p, w, rows, n, random, paired ? " (pairs as units)"
                         : " (groups alone)");
             }
         }
         try (Arena arena = Arena.ofShared()) {
-            for (int field : new int[] {0, 2}) {
-                long o = (long) Q4KQuantizer.BYTES * (33 * blocks + 2) + field;
+            for (int field : fields) {
+                long o = (long) bytes * (33 * blocks + 2) + field;
                 short kept = m.get(Blocks.I16, o);
                 for (short special : new short[] {0x7C00, (short) 0xFC00, 0x7E00}) {
                     m.set(Blocks.I16, o, special);
-                    assertTrue(q.packForDecode(new WeightMatrix("factors", q, m, rows, n), arena).isEmpty(),
-                            String.format("a %s of 0x%04X was packed", field == 0 ? "d" : "dmin", special & 0xFFFF));
+                    assertTrue(packer.pack(new WeightMatrix("factors", q, m, rows, n), arena, true).isEmpty(),
+                            String.format("%s: a factor at byte %d of 0x%04X was packed", q.id(), field,
+                                    special & 0xFFFF));
                 }
                 m.set(Blocks.I16, o, kept);
             }

@@ -1,0 +1,381 @@
+package dev.prefill4j.quant.q4k;
+
+import dev.prefill4j.api.spi.Blocks;
+import dev.prefill4j.api.spi.PackedMatrix;
+import dev.prefill4j.api.spi.WeightMatrix;
+import java.lang.foreign.Arena;
+import java.lang.foreign.MemorySegment;
+import java.nio.ByteOrder;
+import java.util.Arrays;
+import java.util.Optional;
+import jdk.incubator.vector.ByteVector;
+import jdk.incubator.vector.FloatVector;
+import jdk.incubator.vector.IntVector;
+import jdk.incubator.vector.ShortVector;
+import jdk.incubator.vector.VectorOperators;
+
+/**
+ * A Q6_K matrix laid out with 16 rows side by side, one row an int lane: the decode steps' products with float32
+ * activations and the prompts' panels ({@link #decodeColumns}) read it instead of the file's super-blocks. The file's
+ * row kernel ({@link Q6KQuantizer#dotPrepared}) loads a vector of prepared activations for every 16 weights, 1.25
+ * floats a weight; over a Llama FFN's down projection (8,192 elements a row) those are 40 KiB, which with the weights
+ * streaming past do not stay in the 48 KiB L1, and the kernel reads half as fast as over 2,048-element rows. Here each
+ * activation is broadcast once for 16 rows (32 with two groups a step), so the activations' traffic is a sixteenth of
+ * the weights'.
+ *
+ * <p>Each row's 6-bit levels are kept in int lanes, 16 levels in three ints: levels at bits 0, 6, 12, 18 and 24 of
+ * each int (15 levels), and a sixteenth split over the three ints' bits 30-31 (its bits 0-1 in the first, 2-3 in the
+ * second, 4-5 in the third). A level is read in place: the int {@code and} its six bits' mask, converted to float,
+ * is the level times {@code 2^p}, exactly (six significant bits), and the activation it multiplies was scaled by
+ * {@code 2^-p} when prepared ({@link #prepareFloats}; a power of two, so the same products unless the scaled
+ * activation is subnormal, below 2^-102 in magnitude, as in the file's row kernel). The sixteenth is joined at bits
+ * 24-29 by two bitwise blends. The {@code - 32} of the levels comes from each sub-block's sum of activations.
+ *
+ * <p>Layout: units of one group of 16 rows, or of two where {@link Blocks#PAIRED_GROUPS} (as Q4_K's copy, {@link
+ * Q4KColumns}), super-block after super-block; a unit's super-block of {@code U} groups takes {@code U} times {@value
+ * #GROUP_BLOCK_BYTES} bytes, as its rows' super-blocks take in the file: the groups' fp16 {@code d} (16 a group), then
+ * four sections of 64 elements (sub-blocks {@code 4s .. 4s + 3}): the four sub-blocks' int8 scales (16 bytes a group,
+ * sub-block after sub-block), then four triples of ints, each int 64 bytes a group, the groups side by side. Slot
+ * {@code k} of triple {@code t} (slots 0-4 in the first int, 5-9 in the second, 10-14 in the third, 15 split) holds
+ * element {@code 4t + k / 4} of sub-block {@code 4s + k % 4}: each triple feeds every sub-block's running sum four
+ * times, so that the kernel's products run in eight independent chains. The layout is this project's own.
+ *
+ * <p>A matrix with an infinite or NaN {@code d} is not packed (its products read the file as before). NOT VERIFIED on
+ * CPUs without 16 float lanes: nothing is packed there.
+ */
+final class Q6KColumns extends KColumns {
+    /** Bytes of one super-block of one group: what the 16 rows' super-blocks take in the file. */
+    static final int GROUP_BLOCK_BYTES = GROUP * Q6KQuantizer.BYTES;
+    private static final ByteOrder LE = ByteOrder.LITTLE_ENDIAN;
+    /** Bytes a group of one section: four sub-blocks' scales, then four triples of ints. */
+    private static final int SECTION = 4 * GROUP + 4 * 3 * 4 * GROUP;
+    /** Bytes a group ahead of the first section: the 16 rows' {@code d}. */
+    private static final int HEAD = 2 * GROUP;
+
+    private Q6KColumns(WeightMatrix source, MemorySegment packed, boolean paired) {
+        super(source, packed, paired, GROUP_BLOCK_BYTES);
+    }
+
+    /**
+     * {@return {@code w} packed, with the groups in pairs as units or not ({@link Blocks#PAIRED_GROUPS}; tests take
+     * both), or empty where it cannot be}: without 16 float lanes, with rows not a multiple of {@value #GROUP}, or with
+     * a {@code d} that is infinite or NaN ({@link KColumns#pack})
+     */
+    static Optional<PackedMatrix> pack(WeightMatrix w, Arena arena, boolean paired) {
+        return pack(w, arena, paired, GROUP_BLOCK_BYTES, Q6KColumns::new);
+    }
+
+    /** The bit of the int where slot {@code k}'s level is read (slot 15 is joined there). */
+    private static int position(int k) {
+        return k < 15 ? 6 * (k % 5) : 24;
+    }
+
+    /** The element of a super-block that slot {@code k} of triple {@code t} of section {@code s} holds. */
+    private static int element(int s, int t, int k) {
+        return 16 * (4 * s + k % 4) + 4 * t + k / 4;
+    }
+
+    /** {@return element {@code e}'s level (0-63) in a row's super-block of the file, staged at {@code b[o..]}} */
+    private static int level(byte[] b, int o, int e) {
+        int h = e / 128;
+        int r = e % 128;
+        int l = r % 32;
+        int quarter = r / 32;
+        int ql = b[o + 64 * h + l + 32 * (quarter & 1)] & 0xFF;
+        int qh = b[o + 128 + 32 * h + l] & 0xFF;
+        return (quarter < 2 ? ql & 0x0F : ql >>> 4) | ((qh >>> 2 * quarter) & 3) << 4;
+    }
+
+    @Override
+    boolean packBlock(byte[][] rows, int units, int u, byte[] unit) {
+        for (int l = 0; l < GROUP; l++) {
+            byte[] row = rows[l];
+            if ((row[209] & 0x7C) == 0x7C) { // d's exponent all ones: infinite or NaN
+                return false;
+            }
+            unit[2 * GROUP * u + 2 * l] = row[208];
+            unit[2 * GROUP * u + 2 * l + 1] = row[209];
+            for (int s = 0; s < 4; s++) {
+                int section = units * (HEAD + SECTION * s);
+                for (int j = 0; j < 4; j++) {
+                    unit[section + GROUP * (units * j + u) + l] = row[192 + 4 * s + j];
+                }
+                for (int t = 0; t < 4; t++) {
+                    int[] ints = new int[3];
+                    for (int k = 0; k < 16; k++) {
+                        int q = level(row, 0, element(s, t, k));
+                        if (k < 15) {
+                            ints[k / 5] |= q << position(k);
+                        } else {
+                            for (int i = 0; i < 3; i++) {
+                                ints[i] |= ((q >>> 2 * i) & 3) << 30;
+                            }
+                        }
+                    }
+                    for (int i = 0; i < 3; i++) {
+                        int at = section + units * 4 * GROUP + 4 * GROUP * (units * (3 * t + i) + u) + 4 * l;
+                        for (int k = 0; k < 4; k++) {
+                            unit[at + k] = (byte) (ints[i] >>> 8 * k);
+                        }
+                    }
+                }
+            }
+        }
+        return true;
+    }
+
+    /**
+     * Per section (64 elements) and triple, the activations of its 16 slots, each scaled by {@code 2^-p} for the bit
+     * {@code p} its level is read at; then for each sub-block of 16, {@code -32} times the sum of its activations.
+     */
+    @Override
+    public int preparedFloats() {
+        return source().cols() + source().cols() / 16;
+    }
+
+    @Override
+    public void prepareFloats(float[] x, int xOffset, float[] prepared) {
+        int cols = source().cols();
+        for (int b = 0; b < cols / Q6KQuantizer.QK; b++) {
+            for (int s = 0; s < 4; s++) {
+                for (int t = 0; t < 4; t++) {
+                    for (int k = 0; k < 16; k++) {
+                        prepared[Q6KQuantizer.QK * b + 64 * s + 16 * t + k] =
+                                Math.scalb(x[xOffset + Q6KQuantizer.QK * b + element(s, t, k)], -position(k));
+                    }
+                }
+            }
+        }
+        for (int j = 0; j < cols / 16; j++) {
+            float sum = 0;
+            for (int e = 0; e < 16; e++) {
+                sum += x[xOffset + 16 * j + e];
+            }
+            prepared[cols + j] = -32 * sum;
+        }
+    }
+
+    /** Masks of the levels read in place, at bits 0, 6, 12, 18 and 24. */
+    private static final int M0 = 0x3F;
+    private static final int M6 = 0x3F << 6;
+    private static final int M12 = 0x3F << 12;
+    private static final int M18 = 0x3F << 18;
+    private static final int M24 = 0x3F << 24;
+
+    /**
+     * {@link #dotRows}' step for one section of one super-block of two groups (sub-blocks {@code 4s .. 4s + 3}): each
+     * activation broadcast once for both groups, each level read in place; each sub-block's sum plus its activations'
+     * {@code -32} sum, times the rows' scales, all times {@code d}, added to the 16 rows' products at {@code out[at]}
+     * and {@code out[at2]}. Each row's product is {@code sum over sub-blocks of d * scale * (sum(q x) - 32 sum(x))}, the
+     * format's {@code dot} to float rounding. The vector work is written out (a helper returning a vector may be left
+     * out of line, and then boxes it).
+     *
+     * @param base  where group one's unit starts this super-block; {@code units} groups in it, the group {@code u1}-th
+     * @param base2 the same for group two
+     * @param b     the super-block
+     * @param s     the section
+     */
+    @Override
+    void section(long base, int units, int u1, long base2, int units2, int u2, float[] prepared, int b, int s,
+                 float[] out, int at, int at2) {
+        var f = FloatVector.SPECIES_512;
+        var ints = IntVector.SPECIES_512;
+        var i2f = VectorOperators.I2F;
+        MemorySegment w = copy();
+        IntVector m0 = IntVector.broadcast(ints, M0);
+        IntVector m6 = IntVector.broadcast(ints, M6);
+        IntVector m12 = IntVector.broadcast(ints, M12);
+        IntVector m18 = IntVector.broadcast(ints, M18);
+        IntVector m24 = IntVector.broadcast(ints, M24);
+        IntVector t26 = IntVector.broadcast(ints, 3 << 26);
+        IntVector t28 = IntVector.broadcast(ints, 3 << 28);
+        long sec = base + (long) units * (HEAD + SECTION * s);
+        long sec2 = base2 + (long) units2 * (HEAD + SECTION * s);
+        long next = 4L * GROUP * units; // from one int of a triple to the next
+        long next2 = 4L * GROUP * units2;
+        long lv = sec + next + 4L * GROUP * u1;
+        long lv2 = sec2 + next2 + 4L * GROUP * u2;
+        FloatVector a0 = FloatVector.zero(f);
+        FloatVector a1 = a0;
+        FloatVector a2 = a0;
+        FloatVector a3 = a0;
+        FloatVector c0 = a0;
+        FloatVector c1 = a0;
+        FloatVector c2 = a0;
+        FloatVector c3 = a0;
+        int y = Q6KQuantizer.QK * b + 64 * s;
+        for (int t = 0; t < 4; t++, y += 16) {
+            long o = lv + 3 * next * t;
+            long o2 = lv2 + 3 * next2 * t;
+            IntVector i0 = IntVector.fromMemorySegment(ints, w, o, LE);
+            IntVector i1 = IntVector.fromMemorySegment(ints, w, o + next, LE);
+            IntVector i2 = IntVector.fromMemorySegment(ints, w, o + 2 * next, LE);
+            IntVector j0 = IntVector.fromMemorySegment(ints, w, o2, LE);
+            IntVector j1 = IntVector.fromMemorySegment(ints, w, o2 + next2, LE);
+            IntVector j2 = IntVector.fromMemorySegment(ints, w, o2 + 2 * next2, LE);
+            // Slot k to sub-block k % 4: a (c) the first (second) group's sums of sub-blocks 4s .. 4s + 3.
+            FloatVector x = FloatVector.broadcast(f, prepared[y]);
+            a0 = ((FloatVector) i0.and(m0).convertShape(i2f, f, 0)).fma(x, a0);
+            c0 = ((FloatVector) j0.and(m0).convertShape(i2f, f, 0)).fma(x, c0);
+            x = FloatVector.broadcast(f, prepared[y + 1]);
+            a1 = ((FloatVector) i0.and(m6).convertShape(i2f, f, 0)).fma(x, a1);
+            c1 = ((FloatVector) j0.and(m6).convertShape(i2f, f, 0)).fma(x, c1);
+            x = FloatVector.broadcast(f, prepared[y + 2]);
+            a2 = ((FloatVector) i0.and(m12).convertShape(i2f, f, 0)).fma(x, a2);
+            c2 = ((FloatVector) j0.and(m12).convertShape(i2f, f, 0)).fma(x, c2);
+            x = FloatVector.broadcast(f, prepared[y + 3]);
+            a3 = ((FloatVector) i0.and(m18).convertShape(i2f, f, 0)).fma(x, a3);
+            c3 = ((FloatVector) j0.and(m18).convertShape(i2f, f, 0)).fma(x, c3);
+            x = FloatVector.broadcast(f, prepared[y + 4]);
+            a0 = ((FloatVector) i0.and(m24).convertShape(i2f, f, 0)).fma(x, a0);
+            c0 = ((FloatVector) j0.and(m24).convertShape(i2f, f, 0)).fma(x, c0);
+            x = FloatVector.broadcast(f, prepared[y + 5]);
+            a1 = ((FloatVector) i1.and(m0).convertShape(i2f, f, 0)).fma(x, a1);
+            c1 = ((FloatVector) j1.and(m0).convertShape(i2f, f, 0)).fma(x, c1);
+            x = FloatVector.broadcast(f, prepared[y + 6]);
+            a2 = ((FloatVector) i1.and(m6).convertShape(i2f, f, 0)).fma(x, a2);
+            c2 = ((FloatVector) j1.and(m6).convertShape(i2f, f, 0)).fma(x, c2);
+            x = FloatVector.broadcast(f, prepared[y + 7]);
+            a3 = ((FloatVector) i1.and(m12).convertShape(i2f, f, 0)).fma(x, a3);
+            c3 = ((FloatVector) j1.and(m12).convertShape(i2f, f, 0)).fma(x, c3);
+            x = FloatVector.broadcast(f, prepared[y + 8]);
+            a0 = ((FloatVector) i1.and(m18).convertShape(i2f, f, 0)).fma(x, a0);
+            c0 = ((FloatVector) j1.and(m18).convertShape(i2f, f, 0)).fma(x, c0);
+            x = FloatVector.broadcast(f, prepared[y + 9]);
+            a1 = ((FloatVector) i1.and(m24).convertShape(i2f, f, 0)).fma(x, a1);
+            c1 = ((FloatVector) j1.and(m24).convertShape(i2f, f, 0)).fma(x, c1);
+            x = FloatVector.broadcast(f, prepared[y + 10]);
+            a2 = ((FloatVector) i2.and(m0).convertShape(i2f, f, 0)).fma(x, a2);
+            c2 = ((FloatVector) j2.and(m0).convertShape(i2f, f, 0)).fma(x, c2);
+            x = FloatVector.broadcast(f, prepared[y + 11]);
+            a3 = ((FloatVector) i2.and(m6).convertShape(i2f, f, 0)).fma(x, a3);
+            c3 = ((FloatVector) j2.and(m6).convertShape(i2f, f, 0)).fma(x, c3);
+            x = FloatVector.broadcast(f, prepared[y + 12]);
+            a0 = ((FloatVector) i2.and(m12).convertShape(i2f, f, 0)).fma(x, a0);
+            c0 = ((FloatVector) j2.and(m12).convertShape(i2f, f, 0)).fma(x, c0);
+            x = FloatVector.broadcast(f, prepared[y + 13]);
+            a1 = ((FloatVector) i2.and(m18).convertShape(i2f, f, 0)).fma(x, a1);
+            c1 = ((FloatVector) j2.and(m18).convertShape(i2f, f, 0)).fma(x, c1);
+            x = FloatVector.broadcast(f, prepared[y + 14]);
+            a2 = ((FloatVector) i2.and(m24).convertShape(i2f, f, 0)).fma(x, a2);
+            c2 = ((FloatVector) j2.and(m24).convertShape(i2f, f, 0)).fma(x, c2);
+            // Slot 15: its bits 0-1, 2-3 and 4-5 from the three ints' bits 30-31, joined at bits 24-29.
+            x = FloatVector.broadcast(f, prepared[y + 15]);
+            IntVector top = i0.lanewise(VectorOperators.LSHR, 6)
+                    .lanewise(VectorOperators.BITWISE_BLEND, i1.lanewise(VectorOperators.LSHR, 4), t26)
+                    .lanewise(VectorOperators.BITWISE_BLEND, i2.lanewise(VectorOperators.LSHR, 2), t28).and(m24);
+            a3 = ((FloatVector) top.convertShape(i2f, f, 0)).fma(x, a3);
+            IntVector top2 = j0.lanewise(VectorOperators.LSHR, 6)
+                    .lanewise(VectorOperators.BITWISE_BLEND, j1.lanewise(VectorOperators.LSHR, 4), t26)
+                    .lanewise(VectorOperators.BITWISE_BLEND, j2.lanewise(VectorOperators.LSHR, 2), t28).and(m24);
+            c3 = ((FloatVector) top2.convertShape(i2f, f, 0)).fma(x, c3);
+        }
+        // Each sub-block's sum plus -32 times its activations' sum, times the rows' scales; all times d.
+        var bytes = ByteVector.SPECIES_128;
+        var b2f = VectorOperators.B2F;
+        int sums = source().cols() + 16 * b + 4 * s;
+        long sc = sec + (long) GROUP * u1;
+        long sc2 = sec2 + (long) GROUP * u2;
+        long nextScale = (long) GROUP * units;
+        long nextScale2 = (long) GROUP * units2;
+        FloatVector r = a0.add(prepared[sums])
+                .mul((FloatVector) ByteVector.fromMemorySegment(bytes, w, sc, LE).convertShape(b2f, f, 0));
+        r = a1.add(prepared[sums + 1]).fma((FloatVector) ByteVector.fromMemorySegment(bytes, w, sc + nextScale, LE)
+                .convertShape(b2f, f, 0), r);
+        r = a2.add(prepared[sums + 2]).fma((FloatVector) ByteVector.fromMemorySegment(bytes, w, sc + 2 * nextScale,
+                LE).convertShape(b2f, f, 0), r);
+        r = a3.add(prepared[sums + 3]).fma((FloatVector) ByteVector.fromMemorySegment(bytes, w, sc + 3 * nextScale,
+                LE).convertShape(b2f, f, 0), r);
+        FloatVector r2 = c0.add(prepared[sums])
+                .mul((FloatVector) ByteVector.fromMemorySegment(bytes, w, sc2, LE).convertShape(b2f, f, 0));
+        r2 = c1.add(prepared[sums + 1]).fma((FloatVector) ByteVector.fromMemorySegment(bytes, w, sc2 + nextScale2, LE)
+                .convertShape(b2f, f, 0), r2);
+        r2 = c2.add(prepared[sums + 2]).fma((FloatVector) ByteVector.fromMemorySegment(bytes, w, sc2
+                + 2 * nextScale2, LE).convertShape(b2f, f, 0), r2);
+        r2 = c3.add(prepared[sums + 3]).fma((FloatVector) ByteVector.fromMemorySegment(bytes, w, sc2
+                + 3 * nextScale2, LE).convertShape(b2f, f, 0), r2);
+        // The fp16 d as in Q4_K's copy (SCALE_BITS).
+        var halves = ShortVector.SPECIES_256;
+        var s2i = VectorOperators.S2I;
+        FloatVector bias = FloatVector.broadcast(f, FP16_BIAS);
+        FloatVector d = ((IntVector) ShortVector.fromMemorySegment(halves, w, base + 2L * GROUP * u1, LE)
+                .convertShape(s2i, ints, 0)).lanewise(VectorOperators.LSHL, 13).and(SCALE_BITS)
+                .reinterpretAsFloats().mul(bias);
+        FloatVector d2 = ((IntVector) ShortVector.fromMemorySegment(halves, w, base2 + 2L * GROUP * u2, LE)
+                .convertShape(s2i, ints, 0)).lanewise(VectorOperators.LSHL, 13).and(SCALE_BITS)
+                .reinterpretAsFloats().mul(bias);
+        // Both sums read before either is stored: a group computed as both stores the same bits twice.
+        FloatVector sum = r.fma(d, FloatVector.fromArray(f, out, at));
+        FloatVector sum2 = r2.fma(d2, FloatVector.fromArray(f, out, at2));
+        sum.intoArray(out, at);
+        sum2.intoArray(out, at2);
+    }
+
+    /** {@link #decodeColumns}' {@code d * scale} of a section's four sub-blocks, 16 rows each: a buffer a thread. */
+    private static final ThreadLocal<float[]> FACTORS = ThreadLocal.withInitial(() -> new float[4 * GROUP]);
+
+    /**
+     * Each group's 16 rows column by column: each value is {@code (q - 32) * (d * scale)}, the format's {@code decode}
+     * to the bit (the level's bits taken out of its int exactly, {@code d * scale} the same float product).
+     */
+    @Override
+    public void decodeColumns(int firstRow, int rows, int fromCol, int cols, float[] dst, int dstOffset,
+                              int dstStride) {
+        int qk = Q6KQuantizer.QK;
+        Blocks.checkColumns(this, firstRow, rows, fromCol, cols, dstStride);
+        var f = FloatVector.SPECIES_512;
+        var ints = IntVector.SPECIES_512;
+        var bytes = ByteVector.SPECIES_128;
+        var halves = ShortVector.SPECIES_256;
+        FloatVector bias = FloatVector.broadcast(f, FP16_BIAS);
+        IntVector t26 = IntVector.broadcast(ints, 3 << 26);
+        IntVector t28 = IntVector.broadcast(ints, 3 << 28);
+        MemorySegment w = copy();
+        float[] factors = FACTORS.get();
+        for (int g = firstRow / GROUP, end = (firstRow + rows) / GROUP; g < end; g++) {
+            int rowAt = dstOffset + g * GROUP - firstRow;
+            long step = unitStride(g);
+            int units = unitGroups(g);
+            int u = placeInUnit(g);
+            long start = unitStart(g);
+            long next = 4L * GROUP * units;
+            for (int b = fromCol / qk, last = (fromCol + cols) / qk; b < last; b++) {
+                long base = start + b * step;
+                FloatVector d = ((IntVector) ShortVector.fromMemorySegment(halves, w, base + 2L * GROUP * u, LE)
+                        .convertShape(VectorOperators.S2I, ints, 0)).lanewise(VectorOperators.LSHL, 13)
+                        .and(SCALE_BITS).reinterpretAsFloats().mul(bias);
+                for (int s = 0; s < 4; s++) {
+                    long sec = base + (long) units * (HEAD + SECTION * s);
+                    long lv = sec + next + 4L * GROUP * u;
+                    for (int j = 0; j < 4; j++) { // the section's four sub-blocks' d * scale, for the slots below
+                        d.mul((FloatVector) ByteVector.fromMemorySegment(bytes, w, sec + (long) GROUP * (units * j + u),
+                                LE).convertShape(VectorOperators.B2F, f, 0)).intoArray(factors, GROUP * j);
+                    }
+                    for (int t = 0; t < 4; t++) {
+                        long o = lv + 3 * next * t;
+                        int col = b * qk - fromCol + 64 * s + 4 * t;
+                        for (int i = 0; i < 3; i++) {
+                            IntVector v = IntVector.fromMemorySegment(ints, w, o + next * i, LE);
+                            for (int k = 5 * i; k < 5 * i + 5; k++) {
+                                IntVector level = v.lanewise(VectorOperators.LSHR, position(k)).and(0x3F);
+                                ((FloatVector) level.sub(32).convertShape(VectorOperators.I2F, f, 0))
+                                        .mul(FloatVector.fromArray(f, factors, GROUP * (k % 4)))
+                                        .intoArray(dst, rowAt + (col + 16 * (k % 4) + k / 4) * dstStride);
+                            }
+                        }
+                        IntVector level = IntVector.fromMemorySegment(ints, w, o, LE)
+                                .lanewise(VectorOperators.LSHR, 6)
+                                .lanewise(VectorOperators.BITWISE_BLEND, IntVector.fromMemorySegment(ints, w,
+                                        o + next, LE).lanewise(VectorOperators.LSHR, 4), t26)
+                                .lanewise(VectorOperators.BITWISE_BLEND, IntVector.fromMemorySegment(ints, w,
+                                        o + 2 * next, LE).lanewise(VectorOperators.LSHR, 2), t28)
+                                .lanewise(VectorOperators.LSHR, 24);
+                        ((FloatVector) level.sub(32).convertShape(VectorOperators.I2F, f, 0))
+                                .mul(FloatVector.fromArray(f, factors, GROUP * 3))
+                                .intoArray(dst, rowAt + (col + 16 * 3 + 3) * dstStride);
+                    }
+                }
+            }
+        }
+    }
+}
