@@ -23,19 +23,23 @@ import org.junit.jupiter.params.ParameterizedTest;
 import org.junit.jupiter.params.provider.ValueSource;
 
 /**
- * Ternary and Q4_K matrices mapped read-only from files: the CPU device's products with float32 activations, prompts' included,
+ * Ternary, Q4_K and Q6_K matrices mapped read-only from files: the CPU device's products with float32 activations, prompts' included,
  * read the packed copy it makes at a matrix's first product ({@code Quantizer.packedCopyDecodes}, {@code
  * PackedMatrix.decodeColumns}), so the file's pages can go. To see that nothing reads the file after that, the test
  * writes another matrix into each file once the copies exist; the exact product, which reads the file, sees the new
  * one, and every float product must still give what the first matrix gives: a prompt's panels (6 rows or more; the
  * fused gate and up, and the FFN in blocks of hidden columns) the bits of the same matrices in memory, which the device
  * decodes from their own bytes; 2 to 5 rows the bits of one-row products (the decode steps' packed kernel, row by
- * row), within float rounding (1e-5 of sum |w x|) of FP64 over the first matrix's decoded weights.
+ * row), within float rounding (1e-5 of sum |w x|) of FP64 over the first matrix's decoded weights. Q6_K packs only
+ * rows longer than 4,096 elements (a Llama FFN's down projection): its matrix has {@value #K_Q6_K} columns, and the FFN
+ * part, whose gate and up rows are short, is left out for it.
  */
 class PackedPromptTest {
     /** Outputs, three 64-row panels; K, two slices of a panel (2,048 and 512 columns). */
     private static final int N = 192;
     private static final int K = 2560;
+    /** K for Q6_K: past the 4,096 elements up to which it reads the file; 2,048, 2,048 and 512 columns of panels. */
+    private static final int K_Q6_K = 4608;
     /** The FFN: hidden columns, two blocks of the down matrix's slice, and the model width. */
     private static final int FFN = 4096;
     private static final int DIM = 256;
@@ -44,30 +48,34 @@ class PackedPromptTest {
     Path dir;
 
     @ParameterizedTest
-    @ValueSource(strings = {"tq2_0", "tq1_0", "q4_k"})
+    @ValueSource(strings = {"tq2_0", "tq1_0", "q4_k", "q6_k"})
     void promptsReadThePackedCopyNotTheFile(String id) throws IOException {
         PluginRegistry registry = PluginRegistry.load();
         Quantizer q = registry.quantizer(id).orElseThrow();
         SplittableRandom random = new SplittableRandom(17);
+        boolean ffnToo = !id.equals("q6_k");
+        int k = ffnToo ? K : K_Q6_K;
         try (Arena arena = Arena.ofShared();
              ComputeDevice device = registry.selectBackend("cpu").create(new BackendContext(2))) {
-            Mapped w = mapped(arena, q, "w", gaussian(random, N * K), N, K);
-            Mapped gate = mapped(arena, q, "gate", gaussian(random, FFN * DIM), FFN, DIM);
-            Mapped up = mapped(arena, q, "up", gaussian(random, FFN * DIM), FFN, DIM);
-            Mapped down = mapped(arena, q, "down", gaussian(random, DIM * FFN), DIM, FFN);
+            Mapped w = mapped(arena, q, "w", gaussian(random, N * k), N, k);
+            Mapped gate = ffnToo ? mapped(arena, q, "gate", gaussian(random, FFN * DIM), FFN, DIM) : null;
+            Mapped up = ffnToo ? mapped(arena, q, "up", gaussian(random, FFN * DIM), FFN, DIM) : null;
+            Mapped down = ffnToo ? mapped(arena, q, "down", gaussian(random, DIM * FFN), DIM, FFN) : null;
             try (Arena probe = Arena.ofShared()) {
                 assumeTrue(q.packForDecode(w.file(), probe).isPresent(), "NOT VERIFIED here: " + id + " packs"
                         + " nothing on this machine (no 512-bit vectors), so its products read the file");
             }
-            float[] x = gaussian(random, 13 * K);
+            float[] x = gaussian(random, 13 * k);
             float[] h = gaussian(random, 13 * DIM);
             // The first products make the copies.
             device.matmul(w.file(), x, 13, new float[13 * N]);
-            device.matmulSwiGLU(gate.file(), up.file(), h, 13, new float[13 * FFN]);
-            device.matmul(down.file(), gaussian(random, 13 * FFN), 13, new float[13 * DIM]);
-            float[] replaced = gaussian(random, N * K);
+            if (ffnToo) {
+                device.matmulSwiGLU(gate.file(), up.file(), h, 13, new float[13 * FFN]);
+                device.matmul(down.file(), gaussian(random, 13 * FFN), 13, new float[13 * DIM]);
+            }
+            float[] replaced = gaussian(random, N * k);
             w.overwrite(q, replaced);
-            for (Mapped m : new Mapped[] {gate, up, down}) {
+            for (Mapped m : ffnToo ? new Mapped[] {gate, up, down} : new Mapped[0]) {
                 m.overwrite(q, gaussian(random, m.rows() * m.cols()));
             }
 
@@ -75,13 +83,13 @@ class PackedPromptTest {
             float[] exact = new float[N];
             device.matmulExact(w.file(), x, 1, exact);
             float[] exactNew = new float[N];
-            device.matmulExact(memory(q, replaced, N, K), x, 1, exactNew);
+            device.matmulExact(memory(q, replaced, N, k), x, 1, exactNew);
             assertArrayEquals(exactNew, exact, "the exact product reads the file, which now holds another matrix");
 
             float[] oneRow = new float[13 * N];
             for (int r = 0; r < 13; r++) {
                 float[] y = new float[N];
-                device.matmul(w.file(), Arrays.copyOfRange(x, r * K, (r + 1) * K), 1, y);
+                device.matmul(w.file(), Arrays.copyOfRange(x, r * k, (r + 1) * k), 1, y);
                 System.arraycopy(y, 0, oneRow, r * N, N);
             }
             float[] inMemory = new float[13 * N];
@@ -97,8 +105,8 @@ class PackedPromptTest {
                     for (int o = 0; o < N; o++) {
                         double ref = 0;
                         double magnitude = 0;
-                        for (int i = 0; i < K; i++) {
-                            double p = (double) w.decoded()[o * K + i] * x[r * K + i];
+                        for (int i = 0; i < k; i++) {
+                            double p = (double) w.decoded()[o * k + i] * x[r * k + i];
                             ref += p;
                             magnitude += Math.abs(p);
                         }
@@ -108,6 +116,9 @@ class PackedPromptTest {
                 }
             }
 
+            if (!ffnToo) {
+                return;
+            }
             float[] swiGLU = new float[13 * FFN];
             device.matmulSwiGLU(gate.file(), up.file(), h, 13, swiGLU);
             float[] swiGLUMemory = new float[13 * FFN];
