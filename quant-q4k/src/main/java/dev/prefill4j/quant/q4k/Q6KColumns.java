@@ -133,17 +133,26 @@ final class Q6KColumns extends KColumns {
         return source().cols() + source().cols() / 16;
     }
 
+    /** For each prepared float of a super-block, the element it takes ({@link #element}). */
+    private static final int[] ELEMENTS = new int[Q6KQuantizer.QK];
+    /** For each slot, the factor of its activation: {@code 2^-p}, {@code p} the bit its level is read at. */
+    private static final float[] SCALES = new float[16];
+
+    static {
+        for (int i = 0; i < Q6KQuantizer.QK; i++) {
+            ELEMENTS[i] = element(i / 64, i / 16 % 4, i % 16);
+        }
+        for (int k = 0; k < 16; k++) {
+            SCALES[k] = Math.scalb(1f, -position(k));
+        }
+    }
+
     @Override
     public void prepareFloats(float[] x, int xOffset, float[] prepared) {
         int cols = source().cols();
-        for (int b = 0; b < cols / Q6KQuantizer.QK; b++) {
-            for (int s = 0; s < 4; s++) {
-                for (int t = 0; t < 4; t++) {
-                    for (int k = 0; k < 16; k++) {
-                        prepared[Q6KQuantizer.QK * b + 64 * s + 16 * t + k] =
-                                Math.scalb(x[xOffset + Q6KQuantizer.QK * b + element(s, t, k)], -position(k));
-                    }
-                }
+        for (int b = 0; b < cols; b += Q6KQuantizer.QK) {
+            for (int i = 0; i < Q6KQuantizer.QK; i++) {
+                prepared[b + i] = x[xOffset + b + ELEMENTS[i]] * SCALES[i % 16];
             }
         }
         for (int j = 0; j < cols / 16; j++) {
