@@ -212,6 +212,37 @@ abstract sealed class KColumns extends FloatPackedMatrix permits Q4KColumns, Q6K
     abstract void section(long base, int units, int u1, long base2, int units2, int u2, float[] prepared, int b, int s,
                           float[] out, int at, int at2);
 
+    /** Each group's 16 rows, super-block by super-block ({@link #decodeBlock}). */
+    @Override
+    public final void decodeColumns(int firstRow, int rows, int fromCol, int cols, float[] dst, int dstOffset,
+                                    int dstStride) {
+        Blocks.checkColumns(this, firstRow, rows, fromCol, cols, dstStride);
+        int qk = source().format().blockSize();
+        for (int g = firstRow / GROUP, end = (firstRow + rows) / GROUP; g < end; g++) {
+            long step = unitStride(g);
+            int units = unitGroups(g);
+            int u = placeInUnit(g);
+            long start = unitStart(g);
+            int rowAt = dstOffset + g * GROUP - firstRow;
+            for (int b = fromCol / qk, last = (fromCol + cols) / qk; b < last; b++) {
+                decodeBlock(start + b * step, units, u, dst, rowAt + (b * qk - fromCol) * dstStride, dstStride);
+            }
+        }
+    }
+
+    /**
+     * Writes the weights of one super-block of one group, as the format's {@code decode} gives them: column {@code c}
+     * of the super-block, row {@code l} of the group at {@code dst[at + c * dstStride + l]}.
+     *
+     * @param base      where the group's unit starts this super-block
+     * @param units     groups in the unit
+     * @param u         the group's place in it
+     * @param dst       the panel
+     * @param at        where the super-block's first column of the group's first row goes
+     * @param dstStride floats from one column to the next
+     */
+    abstract void decodeBlock(long base, int units, int u, float[] dst, int at, int dstStride);
+
     /**
      * Lays out one super-block of 16 rows, the group {@code u}-th of a unit of {@code units}, into the unit's bytes.
      *

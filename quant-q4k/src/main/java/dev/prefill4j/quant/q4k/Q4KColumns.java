@@ -257,15 +257,12 @@ final class Q4KColumns extends KColumns {
     }
 
     /**
-     * Each group's 16 rows column by column: the nibbles of a byte load are elements {@code 64c + i} and {@code 64c +
-     * 32 + i} of 16 rows, already transposed. Each value is {@code q * (d * scale) + (-dmin * min)} in that order, the
+     * A super-block of 16 rows column by column: the nibbles of a byte load are elements {@code 64c + i} and {@code 64c
+     * + 32 + i} of 16 rows, already transposed. Each value is {@code q * (d * scale) + (-dmin * min)} in that order, the
      * format's {@code decode} to the bit (both factors are exact products in float).
      */
     @Override
-    public void decodeColumns(int firstRow, int rows, int fromCol, int cols, float[] dst, int dstOffset,
-                              int dstStride) {
-        int qk = Q4KQuantizer.QK;
-        Blocks.checkColumns(this, firstRow, rows, fromCol, cols, dstStride);
+    void decodeBlock(long base, int units, int u, float[] dst, int at, int dstStride) {
         var f = FloatVector.SPECIES_512;
         var ints = IntVector.SPECIES_512;
         var bytes = ByteVector.SPECIES_128;
@@ -275,46 +272,34 @@ final class Q4KColumns extends KColumns {
         IntVector levels = LEVELS;
         FloatVector bias = FloatVector.broadcast(f, FP16_BIAS);
         MemorySegment w = copy();
-        for (int g = firstRow / GROUP, end = (firstRow + rows) / GROUP; g < end; g++) {
-            int rowAt = dstOffset + g * GROUP - firstRow;
-            long step = unitStride(g);
-            int units = unitGroups(g);
-            int u = placeInUnit(g);
-            long start = unitStart(g);
-            long next = (long) GROUP * units;
-            long section = (long) SECTION * units;
-            for (int b = fromCol / qk, last = (fromCol + cols) / qk; b < last; b++) {
-                long base = start + b * step;
-                long dAt = base + 2L * GROUP * u;
-                FloatVector d = ((IntVector) ShortVector.fromMemorySegment(halves, w, dAt, LE).convertShape(s2i, ints,
-                        0)).lanewise(VectorOperators.LSHL, 13).and(SCALE_BITS).reinterpretAsFloats().mul(bias);
-                FloatVector dmin = ((IntVector) ShortVector.fromMemorySegment(halves, w, dAt + (long) DMIN * units, LE)
-                        .convertShape(s2i, ints, 0)).lanewise(VectorOperators.LSHL, 13).and(SCALE_BITS)
-                        .reinterpretAsFloats().mul(bias);
-                IntVector high = IntVector.fromMemorySegment(ints, w, base + HIGH * units + 4L * GROUP * u, LE);
-                long sectionAt = base + HEAD * units + GROUP * u;
-                int at = rowAt + (b * qk - fromCol) * dstStride;
-                for (int j = 0; j < SUBS; j++) {
-                    long lowAt = sectionAt + section * (j / 2) + next * (j % 2);
-                    IntVector lo = (IntVector) ByteVector.fromMemorySegment(bytes, w, lowAt, LE)
-                            .convertShape(b2i, ints, 0);
-                    // The 6-bit scales and mins as in dotRows.
-                    FloatVector factor = d.mul((FloatVector) lo.and(0x0F).or(high.lanewise(VectorOperators.LSHR, 2 * j)
-                            .and(3).lanewise(VectorOperators.LSHL, 4)).convertShape(VectorOperators.I2F, f, 0));
-                    FloatVector offset = dmin.mul((FloatVector) lo.lanewise(VectorOperators.LSHR, 4).or(high.lanewise(
-                            VectorOperators.LSHR, 16 + 2 * j).and(3).lanewise(VectorOperators.LSHL, 4)).convertShape(
-                            VectorOperators.I2F, f, 0)).neg();
-                    boolean highNibble = (j & 1) == 1;
-                    long q0 = sectionAt + section * (j / 2) + 2 * next;
-                    int col = at + 32 * j * dstStride;
-                    for (int i = 0; i < 32; i++) {
-                        IntVector q = (IntVector) ByteVector.fromMemorySegment(bytes, w, q0 + next * i, LE)
-                                .convertShape(b2i, ints, 0);
-                        IntVector level = highNibble ? q.lanewise(VectorOperators.LSHR, 4) : q.and(0x0F);
-                        level.selectFrom(levels).reinterpretAsFloats().mul(factor).add(offset)
-                                .intoArray(dst, col + i * dstStride);
-                    }
-                }
+        long next = (long) GROUP * units;
+        long section = (long) SECTION * units;
+        long dAt = base + 2L * GROUP * u;
+        FloatVector d = ((IntVector) ShortVector.fromMemorySegment(halves, w, dAt, LE).convertShape(s2i, ints, 0))
+                .lanewise(VectorOperators.LSHL, 13).and(SCALE_BITS).reinterpretAsFloats().mul(bias);
+        FloatVector dmin = ((IntVector) ShortVector.fromMemorySegment(halves, w, dAt + (long) DMIN * units, LE)
+                .convertShape(s2i, ints, 0)).lanewise(VectorOperators.LSHL, 13).and(SCALE_BITS)
+                .reinterpretAsFloats().mul(bias);
+        IntVector high = IntVector.fromMemorySegment(ints, w, base + HIGH * units + 4L * GROUP * u, LE);
+        long sectionAt = base + HEAD * units + GROUP * u;
+        for (int j = 0; j < SUBS; j++) {
+            long lowAt = sectionAt + section * (j / 2) + next * (j % 2);
+            IntVector lo = (IntVector) ByteVector.fromMemorySegment(bytes, w, lowAt, LE).convertShape(b2i, ints, 0);
+            // The 6-bit scales and mins as in section.
+            FloatVector factor = d.mul((FloatVector) lo.and(0x0F).or(high.lanewise(VectorOperators.LSHR, 2 * j)
+                    .and(3).lanewise(VectorOperators.LSHL, 4)).convertShape(VectorOperators.I2F, f, 0));
+            FloatVector offset = dmin.mul((FloatVector) lo.lanewise(VectorOperators.LSHR, 4).or(high.lanewise(
+                    VectorOperators.LSHR, 16 + 2 * j).and(3).lanewise(VectorOperators.LSHL, 4)).convertShape(
+                    VectorOperators.I2F, f, 0)).neg();
+            boolean highNibble = (j & 1) == 1;
+            long q0 = sectionAt + section * (j / 2) + 2 * next;
+            int col = at + 32 * j * dstStride;
+            for (int i = 0; i < 32; i++) {
+                IntVector q = (IntVector) ByteVector.fromMemorySegment(bytes, w, q0 + next * i, LE)
+                        .convertShape(b2i, ints, 0);
+                IntVector level = highNibble ? q.lanewise(VectorOperators.LSHR, 4) : q.and(0x0F);
+                level.selectFrom(levels).reinterpretAsFloats().mul(factor).add(offset)
+                        .intoArray(dst, col + i * dstStride);
             }
         }
     }

@@ -320,70 +320,56 @@ final class Q6KColumns extends KColumns {
         sum2.intoArray(out, at2);
     }
 
-    /** {@link #decodeColumns}' {@code d * scale} of a section's four sub-blocks, 16 rows each: a buffer a thread. */
+    /** {@link #decodeBlock}'s {@code d * scale} of a section's four sub-blocks, 16 rows each: a buffer a thread. */
     private static final ThreadLocal<float[]> FACTORS = ThreadLocal.withInitial(() -> new float[4 * GROUP]);
 
     /**
-     * Each group's 16 rows column by column: each value is {@code (q - 32) * (d * scale)}, the format's {@code decode}
+     * A super-block of 16 rows column by column: each value is {@code (q - 32) * (d * scale)}, the format's {@code decode}
      * to the bit (the level's bits taken out of its int exactly, {@code d * scale} the same float product).
      */
     @Override
-    public void decodeColumns(int firstRow, int rows, int fromCol, int cols, float[] dst, int dstOffset,
-                              int dstStride) {
-        int qk = Q6KQuantizer.QK;
-        Blocks.checkColumns(this, firstRow, rows, fromCol, cols, dstStride);
+    void decodeBlock(long base, int units, int u, float[] dst, int at, int dstStride) {
         var f = FloatVector.SPECIES_512;
         var ints = IntVector.SPECIES_512;
         var bytes = ByteVector.SPECIES_128;
         var halves = ShortVector.SPECIES_256;
-        FloatVector bias = FloatVector.broadcast(f, FP16_BIAS);
         IntVector t26 = IntVector.broadcast(ints, 3 << 26);
         IntVector t28 = IntVector.broadcast(ints, 3 << 28);
         MemorySegment w = copy();
         float[] factors = FACTORS.get();
-        for (int g = firstRow / GROUP, end = (firstRow + rows) / GROUP; g < end; g++) {
-            int rowAt = dstOffset + g * GROUP - firstRow;
-            long step = unitStride(g);
-            int units = unitGroups(g);
-            int u = placeInUnit(g);
-            long start = unitStart(g);
-            long next = 4L * GROUP * units;
-            for (int b = fromCol / qk, last = (fromCol + cols) / qk; b < last; b++) {
-                long base = start + b * step;
-                FloatVector d = ((IntVector) ShortVector.fromMemorySegment(halves, w, base + 2L * GROUP * u, LE)
-                        .convertShape(VectorOperators.S2I, ints, 0)).lanewise(VectorOperators.LSHL, 13)
-                        .and(SCALE_BITS).reinterpretAsFloats().mul(bias);
-                for (int s = 0; s < 4; s++) {
-                    long sec = base + (long) units * (HEAD + SECTION * s);
-                    long lv = sec + next + 4L * GROUP * u;
-                    for (int j = 0; j < 4; j++) { // the section's four sub-blocks' d * scale, for the slots below
-                        d.mul((FloatVector) ByteVector.fromMemorySegment(bytes, w, sec + (long) GROUP * (units * j + u),
-                                LE).convertShape(VectorOperators.B2F, f, 0)).intoArray(factors, GROUP * j);
-                    }
-                    for (int t = 0; t < 4; t++) {
-                        long o = lv + 3 * next * t;
-                        int col = b * qk - fromCol + 64 * s + 4 * t;
-                        for (int i = 0; i < 3; i++) {
-                            IntVector v = IntVector.fromMemorySegment(ints, w, o + next * i, LE);
-                            for (int k = 5 * i; k < 5 * i + 5; k++) {
-                                IntVector level = v.lanewise(VectorOperators.LSHR, position(k)).and(0x3F);
-                                ((FloatVector) level.sub(32).convertShape(VectorOperators.I2F, f, 0))
-                                        .mul(FloatVector.fromArray(f, factors, GROUP * (k % 4)))
-                                        .intoArray(dst, rowAt + (col + 16 * (k % 4) + k / 4) * dstStride);
-                            }
-                        }
-                        IntVector level = IntVector.fromMemorySegment(ints, w, o, LE)
-                                .lanewise(VectorOperators.LSHR, 6)
-                                .lanewise(VectorOperators.BITWISE_BLEND, IntVector.fromMemorySegment(ints, w,
-                                        o + next, LE).lanewise(VectorOperators.LSHR, 4), t26)
-                                .lanewise(VectorOperators.BITWISE_BLEND, IntVector.fromMemorySegment(ints, w,
-                                        o + 2 * next, LE).lanewise(VectorOperators.LSHR, 2), t28)
-                                .lanewise(VectorOperators.LSHR, 24);
+        long next = 4L * GROUP * units;
+        FloatVector d = ((IntVector) ShortVector.fromMemorySegment(halves, w, base + 2L * GROUP * u, LE)
+                .convertShape(VectorOperators.S2I, ints, 0)).lanewise(VectorOperators.LSHL, 13)
+                .and(SCALE_BITS).reinterpretAsFloats().mul(FP16_BIAS);
+        for (int s = 0; s < 4; s++) {
+            long sec = base + (long) units * (HEAD + SECTION * s);
+            long lv = sec + next + 4L * GROUP * u;
+            for (int j = 0; j < 4; j++) { // the section's four sub-blocks' d * scale, for the slots below
+                d.mul((FloatVector) ByteVector.fromMemorySegment(bytes, w, sec + (long) GROUP * (units * j + u), LE)
+                        .convertShape(VectorOperators.B2F, f, 0)).intoArray(factors, GROUP * j);
+            }
+            for (int t = 0; t < 4; t++) {
+                long o = lv + 3 * next * t;
+                int col = at + (64 * s + 4 * t) * dstStride;
+                for (int i = 0; i < 3; i++) {
+                    IntVector v = IntVector.fromMemorySegment(ints, w, o + next * i, LE);
+                    for (int k = 5 * i; k < 5 * i + 5; k++) {
+                        IntVector level = v.lanewise(VectorOperators.LSHR, position(k)).and(0x3F);
                         ((FloatVector) level.sub(32).convertShape(VectorOperators.I2F, f, 0))
-                                .mul(FloatVector.fromArray(f, factors, GROUP * 3))
-                                .intoArray(dst, rowAt + (col + 16 * 3 + 3) * dstStride);
+                                .mul(FloatVector.fromArray(f, factors, GROUP * (k % 4)))
+                                .intoArray(dst, col + (16 * (k % 4) + k / 4) * dstStride);
                     }
                 }
+                IntVector level = IntVector.fromMemorySegment(ints, w, o, LE)
+                        .lanewise(VectorOperators.LSHR, 6)
+                        .lanewise(VectorOperators.BITWISE_BLEND, IntVector.fromMemorySegment(ints, w, o + next, LE)
+                                .lanewise(VectorOperators.LSHR, 4), t26)
+                        .lanewise(VectorOperators.BITWISE_BLEND, IntVector.fromMemorySegment(ints, w, o + 2 * next,
+                                LE).lanewise(VectorOperators.LSHR, 2), t28)
+                        .lanewise(VectorOperators.LSHR, 24);
+                ((FloatVector) level.sub(32).convertShape(VectorOperators.I2F, f, 0))
+                        .mul(FloatVector.fromArray(f, factors, GROUP * 3))
+                        .intoArray(dst, col + (16 * 3 + 3) * dstStride);
             }
         }
     }
