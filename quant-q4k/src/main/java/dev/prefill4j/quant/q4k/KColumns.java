@@ -18,9 +18,10 @@ import java.util.Optional;
  * <p>These copies give back every weight ({@link dev.prefill4j.api.spi.Quantizer#packedCopyDecodes}), so they take
  * the place of a file's matrix in memory: where the source is a read-only mapping, its rows are let go from memory
  * ({@link MemorySegment#unload}) a few MB at a time as they are packed, not only once the whole copy is made, so that
- * packing a large matrix does not hold it twice. The 1B Q4_K_M file's Q6_K output matrix is 215 MB: let go only at
- * the end, it raised bench's peak resident memory to 977.6-1,074 MiB against an aim of 898.6 (Zen 5 VM, 2026-12-06).
- * Pages read again later come back from the file; nothing is lost.
+ * packing a large matrix does not hold it twice. With the 1B Q4_K_M file's Q6_K output matrix (215 MB) packed, as it
+ * was in a trial, and its pages let go only at the end, bench's peak resident memory reached 977.6-1,074 MiB against
+ * an aim of 898.6 (Zen 5 VM, 2026-12-06); the matrices packed now are 14 MB at most. Pages read again later come back
+ * from the file; nothing is lost.
  */
 abstract sealed class KColumns extends FloatPackedMatrix permits Q4KColumns, Q6KColumns {
     /** Rows side by side: the float lanes of a 512-bit vector. */
@@ -103,10 +104,10 @@ abstract sealed class KColumns extends FloatPackedMatrix permits Q4KColumns, Q6K
     }
 
     /**
-     * Bytes of the file's rows packed between two releases of their pages ({@link #packUnits}): at a unit's 54 KB
-     * (two groups of Q6_K rows of 2,048 elements) released one at a time, the process kept about two thirds of the
-     * pages read (faults near a released range map its pages again, in a harness on this ext4 file system, kernel
-     * 6.18); released 430 KB at a time, none.
+     * Bytes of the file's rows packed between two releases of their pages ({@link #packUnits}). Reading a mapping in
+     * 54 KB steps (a unit of two groups of Q6_K rows of 2,048 elements) and releasing each step, a harness kept 130 of
+     * the 193 MB it read resident (faults near a released range map its pages again; ext4, kernel 6.18); releasing 430
+     * KB at a time, about 14; 3.4 MB at a time, none.
      */
     private static final long RELEASE_BYTES = 4L << 20;
 

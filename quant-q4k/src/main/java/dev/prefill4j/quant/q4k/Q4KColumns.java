@@ -6,7 +6,6 @@ import dev.prefill4j.api.spi.WeightMatrix;
 import java.lang.foreign.Arena;
 import java.lang.foreign.MemorySegment;
 import java.nio.ByteOrder;
-import java.util.Arrays;
 import java.util.Optional;
 import java.util.stream.IntStream;
 import jdk.incubator.vector.ByteVector;

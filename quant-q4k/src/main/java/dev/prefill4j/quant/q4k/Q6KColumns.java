@@ -75,19 +75,20 @@ final class Q6KColumns extends KColumns {
         return 16 * (4 * s + k % 4) + 4 * t + k / 4;
     }
 
-    /** {@return element {@code e}'s level (0-63) in a row's super-block of the file, staged at {@code b[o..]}} */
-    private static int level(byte[] b, int o, int e) {
+    /** {@return element {@code e}'s level (0-63) in a row's super-block of the file, staged in {@code b}} */
+    private static int level(byte[] b, int e) {
         int h = e / 128;
         int r = e % 128;
         int l = r % 32;
         int quarter = r / 32;
-        int ql = b[o + 64 * h + l + 32 * (quarter & 1)] & 0xFF;
-        int qh = b[o + 128 + 32 * h + l] & 0xFF;
+        int ql = b[64 * h + l + 32 * (quarter & 1)] & 0xFF;
+        int qh = b[128 + 32 * h + l] & 0xFF;
         return (quarter < 2 ? ql & 0x0F : ql >>> 4) | ((qh >>> 2 * quarter) & 3) << 4;
     }
 
     @Override
     boolean packBlock(byte[][] rows, int units, int u, byte[] unit) {
+        int[] ints = new int[3];
         for (int l = 0; l < GROUP; l++) {
             byte[] row = rows[l];
             if ((row[209] & 0x7C) == 0x7C) { // d's exponent all ones: infinite or NaN
@@ -101,9 +102,9 @@ final class Q6KColumns extends KColumns {
                     unit[section + GROUP * (units * j + u) + l] = row[192 + 4 * s + j];
                 }
                 for (int t = 0; t < 4; t++) {
-                    int[] ints = new int[3];
+                    Arrays.fill(ints, 0);
                     for (int k = 0; k < 16; k++) {
-                        int q = level(row, 0, element(s, t, k));
+                        int q = level(row, element(s, t, k));
                         if (k < 15) {
                             ints[k / 5] |= q << position(k);
                         } else {
