@@ -104,10 +104,10 @@ abstract sealed class KColumns extends FloatPackedMatrix permits Q4KColumns, Q6K
     }
 
     /**
-     * Bytes of the file's rows packed between two releases of their pages ({@link #packUnits}). Reading a mapping in
-     * 54 KB steps (a unit of two groups of Q6_K rows of 2,048 elements) and releasing each step, a harness kept 130 of
-     * the 193 MB it read resident (faults near a released range map its pages again; ext4, kernel 6.18); releasing 430
-     * KB at a time, about 14; 3.4 MB at a time, none.
+     * Bytes of the file's rows packed between two releases of their pages ({@link #packUnits}). Reading 200 MB of a
+     * mapping in 54 KB steps (a unit of two groups of Q6_K rows of 2,048 elements) and releasing each step, a harness's
+     * file-backed resident memory ended at 134 MB (faults near a released range map its pages again; ext4, kernel
+     * 6.18); releasing 430 KB at a time, 39 MB; 3.4 MB at a time, 28 MB, about what the JVM's own files hold.
      */
     private static final long RELEASE_BYTES = 4L << 20;
 
