@@ -86,7 +86,7 @@ public final class Q6KQuantizer implements Quantizer {
      * out again. Shorter rows stay in the file: over 2,048-element rows the two layouts read at the same rate (24.8
      * against 25.7 GB/s, two threads, harness outside the repository), and packing the 1B files' output matrix, the
      * first Q6_K matrix the Q4_0 file's decode steps meet, had C2 compile the copy's kernel again once Q4_0's copy was
-     * loaded, its arena on top of the whole model (peak resident memory 882-927 MiB against an aim of 858.3; Zen 5 VM,
+     * loaded, its arena on top of the whole model (peak resident memory 882-1,047 MiB against an aim of 858.3; Zen 5 VM,
      * 2026-12-06).
      */
     @Override
