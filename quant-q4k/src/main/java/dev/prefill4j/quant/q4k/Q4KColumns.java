@@ -21,10 +21,10 @@ import jdk.incubator.vector.VectorOperators;
  * activations have to be laid out in the nibbles' order and loaded as vectors, one per 16 weights ({@link
  * Q4KQuantizer#dotPrepared}). Here a 16-byte load widened to 16 int lanes holds one byte of each of 16 rows; its two
  * nibbles are elements {@code 64c + i} and {@code 64c + 32 + i} of every row (sub-blocks {@code 2c} and {@code 2c +
- * 1}), looked up as floats by lane permute and multiplied with the broadcast activations {@code x[64c + i]} and {@code
- * x[64c + 32 + i]} into 16 rows' sums at once; each sub-block's sums are then scaled by the 16 rows' {@code d * scale}
- * and the minimum terms come from the 16 rows' {@code min} times the sub-block's sum of activations. The layout is
- * this project's own, the same idea as Q4_0's copy ({@code Q4_0Columns} in the q4_0 module).
+ * 1}), masked in place, converted to floats and multiplied with the broadcast activations {@code x[64c + i]} and
+ * {@code x[64c + 32 + i]} into 16 rows' sums at once; each sub-block's sums are then scaled by the 16 rows' {@code d
+ * * scale} and the minimum terms come from the 16 rows' {@code min} times the sub-block's sum of activations. The
+ * layout is this project's own, the same idea as Q4_0's copy ({@code Q4_0Columns} in the q4_0 module).
  *
  * <p>Layout: the rows' super-blocks in units of one group of 16 rows, or of two where the machine reads one stream a
  * thread fastest ({@link Blocks#PAIRED_GROUPS}; then each pair of groups is a unit, and a last group without a pair
@@ -54,7 +54,7 @@ final class Q4KColumns extends KColumns {
     /** Sub-blocks of 32 elements in a super-block. */
     private static final int SUBS = 8;
     private static final ByteOrder LE = ByteOrder.LITTLE_ENDIAN;
-    /** The float bits of {@code q} in lane {@code q}: a nibble as a lane index selects its level. */
+    /** The float bits of {@code q} in lane {@code q}: a nibble as a lane index selects its level (in the panels). */
     private static final IntVector LEVELS = IntVector.fromArray(IntVector.SPECIES_512,
             IntStream.range(0, 16).map(q -> Float.floatToRawIntBits(q)).toArray(), 0);
 
