@@ -135,10 +135,11 @@ final class Q4KColumns extends KColumns {
      * place ({@code & 0x0F} and {@code & 0xF0}), converted to floats and multiplied with {@code x[64c + i]} and {@code
      * x[64c + 32 + i]} (each broadcast once for both groups) into four running sums (low and high nibbles of each
      * group; the high nibbles' sums, 16 times their levels', are scaled by 2^-4 after the loop: exact, so the same
-     * bits as the levels themselves would give); each sub-block's sum times the 16 rows' 6-bit scales, and the
-     * sub-block's activation sum times their mins; those two sums times {@code d} and {@code dmin} added into the rows'
-     * products at {@code out[at]} and {@code out[at2]}. Each row's product is {@code sum over sub-blocks of d * scale *
-     * sum(q x) - dmin * min * sum(x)}, as the format's {@code dot} computes it, to float rounding.
+     * bits as the levels themselves would give, short of overflow or subnormal sums); each sub-block's sum times the 16
+     * rows' 6-bit scales, and the sub-block's activation sum times their mins; those two sums times {@code d} and
+     * {@code dmin} added into the rows' products at {@code out[at]} and {@code out[at2]}. Each row's product is {@code
+     * sum over sub-blocks of d * scale * sum(q x) - dmin * min * sum(x)}, as the format's {@code dot} computes it, to
+     * float rounding.
      *
      * <p>The nibbles were first looked up as floats by lane permute of a 16-entry table (a shift, the permute's index
      * wrap and {@code vpermd} for the high one); masked in place and converted, the shift and the wrap go. Harness
