@@ -193,31 +193,41 @@ final class FusedDot {
         for (; i < end; i += step) {
             long o = offset + 2L * i;
             FloatVector xv = FloatVector.fromArray(FLOATS, x, xOffset + i);
-            IntVector t = f16Bits(src, o);
-            IntVector u = f16Bits(src, o + stride);
-            IntVector v = f16Bits(src, o + 2 * stride);
-            IntVector w = f16Bits(src, o + 3 * stride);
+            // f16Bits and f16Value written out in this loop (and in f16QuadScaled's): C2 compiles this method past its
+            // node-count cutoff for inlining ordinary methods, and one CI run's workout had the last f16Value call
+            // refused there (NodeCountInliningCutoff, KernelInliningTest), its vector boxed for every vector of a row.
+            // The Vector API's own methods are inlined past the cutoff.
+            IntVector t = ((IntVector) ShortVector.fromMemorySegment(HALVES, src, o, ByteOrder.LITTLE_ENDIAN)
+                    .convertShape(VectorOperators.S2I, INTS, 0)).lanewise(VectorOperators.LSHL, 13);
+            IntVector u = ((IntVector) ShortVector.fromMemorySegment(HALVES, src, o + stride, ByteOrder.LITTLE_ENDIAN)
+                    .convertShape(VectorOperators.S2I, INTS, 0)).lanewise(VectorOperators.LSHL, 13);
+            IntVector v = ((IntVector) ShortVector.fromMemorySegment(HALVES, src, o + 2 * stride,
+                    ByteOrder.LITTLE_ENDIAN).convertShape(VectorOperators.S2I, INTS, 0))
+                    .lanewise(VectorOperators.LSHL, 13);
+            IntVector w = ((IntVector) ShortVector.fromMemorySegment(HALVES, src, o + 3 * stride,
+                    ByteOrder.LITTLE_ENDIAN).convertShape(VectorOperators.S2I, INTS, 0))
+                    .lanewise(VectorOperators.LSHL, 13);
             largestA = largestA.max(t.and(F16_MAGNITUDE));
             largestB = largestB.max(u.and(F16_MAGNITUDE));
             largestC = largestC.max(v.and(F16_MAGNITUDE));
             largestD = largestD.max(w.and(F16_MAGNITUDE));
             // The four rows' rotations are written out: vectors kept in an array or passed to a helper are boxed.
-            FloatVector next = f16Value(t).fma(xv, a0);
+            FloatVector next = t.and(0x8FFFE000).reinterpretAsFloats().mul(0x1p112f).fma(xv, a0);
             a0 = a1;
             a1 = a2;
             a2 = a3;
             a3 = next;
-            next = f16Value(u).fma(xv, b0);
+            next = u.and(0x8FFFE000).reinterpretAsFloats().mul(0x1p112f).fma(xv, b0);
             b0 = b1;
             b1 = b2;
             b2 = b3;
             b3 = next;
-            next = f16Value(v).fma(xv, c0);
+            next = v.and(0x8FFFE000).reinterpretAsFloats().mul(0x1p112f).fma(xv, c0);
             c0 = c1;
             c1 = c2;
             c2 = c3;
             c3 = next;
-            next = f16Value(w).fma(xv, d0);
+            next = w.and(0x8FFFE000).reinterpretAsFloats().mul(0x1p112f).fma(xv, d0);
             d0 = d1;
             d1 = d2;
             d2 = d3;
@@ -394,22 +404,30 @@ final class FusedDot {
         for (; i < end; i += step) {
             long o = offset + 2L * i;
             FloatVector xv = FloatVector.fromArray(FLOATS, xs, xOffset + i);
-            FloatVector next = f16Raw(f16Bits(src, o)).fma(xv, a0);
+            FloatVector next = ((IntVector) ShortVector.fromMemorySegment(HALVES, src, o, ByteOrder.LITTLE_ENDIAN)
+                    .convertShape(VectorOperators.S2I, INTS, 0)).lanewise(VectorOperators.LSHL, 13)
+                    .and(0x8FFFE000).reinterpretAsFloats().fma(xv, a0);
             a0 = a1;
             a1 = a2;
             a2 = a3;
             a3 = next;
-            next = f16Raw(f16Bits(src, o + stride)).fma(xv, b0);
+            next = ((IntVector) ShortVector.fromMemorySegment(HALVES, src, o + stride, ByteOrder.LITTLE_ENDIAN)
+                    .convertShape(VectorOperators.S2I, INTS, 0)).lanewise(VectorOperators.LSHL, 13)
+                    .and(0x8FFFE000).reinterpretAsFloats().fma(xv, b0);
             b0 = b1;
             b1 = b2;
             b2 = b3;
             b3 = next;
-            next = f16Raw(f16Bits(src, o + 2 * stride)).fma(xv, c0);
+            next = ((IntVector) ShortVector.fromMemorySegment(HALVES, src, o + 2 * stride, ByteOrder.LITTLE_ENDIAN)
+                    .convertShape(VectorOperators.S2I, INTS, 0)).lanewise(VectorOperators.LSHL, 13)
+                    .and(0x8FFFE000).reinterpretAsFloats().fma(xv, c0);
             c0 = c1;
             c1 = c2;
             c2 = c3;
             c3 = next;
-            next = f16Raw(f16Bits(src, o + 3 * stride)).fma(xv, d0);
+            next = ((IntVector) ShortVector.fromMemorySegment(HALVES, src, o + 3 * stride, ByteOrder.LITTLE_ENDIAN)
+                    .convertShape(VectorOperators.S2I, INTS, 0)).lanewise(VectorOperators.LSHL, 13)
+                    .and(0x8FFFE000).reinterpretAsFloats().fma(xv, d0);
             d0 = d1;
             d1 = d2;
             d2 = d3;
