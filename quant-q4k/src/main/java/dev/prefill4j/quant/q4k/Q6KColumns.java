@@ -180,6 +180,23 @@ final class Q6KColumns extends KColumns {
      * format's {@code dot} to float rounding. The vector work is written out (a helper returning a vector may be left
      * out of line, and then boxes it).
      *
+     * <p>Every Vector API call here that C2 dispatches on the vector's class is one this method makes itself: the
+     * {@code lanewise} forms rather than {@code and}, {@code fma}, {@code add(float)}, {@code mul} or {@code
+     * reinterpretAsFloats}, which make that call inside the Vector API, and {@code length()} asked before {@code
+     * intoArray}. C2 takes the class of a vector it does not know yet (a loaded or converted one, a call's result) from
+     * the call site's profile, and where that guess has failed four times at a site (per-site trap limit), it compiles
+     * the call as a real virtual call, which takes the vector as an object: from then on a compilation reaching the
+     * site boxes vectors there at every step. The sites inside the Vector API are shared by every kernel in the
+     * process, and the deoptimization log ({@code -Xlog:deoptimization=debug}) showed four such failures at {@code
+     * FloatVector.intoArray}'s and at {@code FloatVector.mul}'s in each of six Q4_K_M decode processes, 4.6-6.4 s in.
+     * About one such process in ten made 180-220 young collections a second and ran {@code ffn_down} at 13-15 ms
+     * instead of about 8, its compilation of this method (PrintInlining) with calls reached through those sites'
+     * profiles, the species check's failure call parsed and intrinsics retried; that it was compiled after the
+     * failures, the others before, is inferred (NOT VERIFIED: no compile times were logged with them). A site in this
+     * method has this method's profile only. Shifts by a constant keep the scalar
+     * form (an immediate) where the vector's class is already known from a call before; by a broadcast vector (a
+     * variable shift) {@code ffn_down} took 1.17x the time (medians of eight alternating pairs).
+     *
      * @param base  where group one's unit starts this super-block; {@code units} groups in it, the group {@code u1}-th
      * @param base2 the same for group two
      * @param b     the super-block
@@ -191,6 +208,10 @@ final class Q6KColumns extends KColumns {
         var f = FloatVector.SPECIES_512;
         var ints = IntVector.SPECIES_512;
         var i2f = VectorOperators.I2F;
+        var and = VectorOperators.AND;
+        var fma = VectorOperators.FMA;
+        var shr = VectorOperators.LSHR;
+        var blend = VectorOperators.BITWISE_BLEND;
         MemorySegment w = copy();
         IntVector m0 = IntVector.broadcast(ints, M0);
         IntVector m6 = IntVector.broadcast(ints, M6);
@@ -225,98 +246,109 @@ final class Q6KColumns extends KColumns {
             IntVector j2 = IntVector.fromMemorySegment(ints, w, o2 + 2 * next2, LE);
             // Slot k to sub-block k % 4: a (c) the first (second) group's sums of sub-blocks 4s .. 4s + 3.
             FloatVector x = FloatVector.broadcast(f, prepared[y]);
-            a0 = ((FloatVector) i0.and(m0).convertShape(i2f, f, 0)).fma(x, a0);
-            c0 = ((FloatVector) j0.and(m0).convertShape(i2f, f, 0)).fma(x, c0);
+            a0 = ((FloatVector) i0.lanewise(and, m0).convertShape(i2f, f, 0)).lanewise(fma, x, a0);
+            c0 = ((FloatVector) j0.lanewise(and, m0).convertShape(i2f, f, 0)).lanewise(fma, x, c0);
             x = FloatVector.broadcast(f, prepared[y + 1]);
-            a1 = ((FloatVector) i0.and(m6).convertShape(i2f, f, 0)).fma(x, a1);
-            c1 = ((FloatVector) j0.and(m6).convertShape(i2f, f, 0)).fma(x, c1);
+            a1 = ((FloatVector) i0.lanewise(and, m6).convertShape(i2f, f, 0)).lanewise(fma, x, a1);
+            c1 = ((FloatVector) j0.lanewise(and, m6).convertShape(i2f, f, 0)).lanewise(fma, x, c1);
             x = FloatVector.broadcast(f, prepared[y + 2]);
-            a2 = ((FloatVector) i0.and(m12).convertShape(i2f, f, 0)).fma(x, a2);
-            c2 = ((FloatVector) j0.and(m12).convertShape(i2f, f, 0)).fma(x, c2);
+            a2 = ((FloatVector) i0.lanewise(and, m12).convertShape(i2f, f, 0)).lanewise(fma, x, a2);
+            c2 = ((FloatVector) j0.lanewise(and, m12).convertShape(i2f, f, 0)).lanewise(fma, x, c2);
             x = FloatVector.broadcast(f, prepared[y + 3]);
-            a3 = ((FloatVector) i0.and(m18).convertShape(i2f, f, 0)).fma(x, a3);
-            c3 = ((FloatVector) j0.and(m18).convertShape(i2f, f, 0)).fma(x, c3);
+            a3 = ((FloatVector) i0.lanewise(and, m18).convertShape(i2f, f, 0)).lanewise(fma, x, a3);
+            c3 = ((FloatVector) j0.lanewise(and, m18).convertShape(i2f, f, 0)).lanewise(fma, x, c3);
             x = FloatVector.broadcast(f, prepared[y + 4]);
-            a0 = ((FloatVector) i0.and(m24).convertShape(i2f, f, 0)).fma(x, a0);
-            c0 = ((FloatVector) j0.and(m24).convertShape(i2f, f, 0)).fma(x, c0);
+            a0 = ((FloatVector) i0.lanewise(and, m24).convertShape(i2f, f, 0)).lanewise(fma, x, a0);
+            c0 = ((FloatVector) j0.lanewise(and, m24).convertShape(i2f, f, 0)).lanewise(fma, x, c0);
             x = FloatVector.broadcast(f, prepared[y + 5]);
-            a1 = ((FloatVector) i1.and(m0).convertShape(i2f, f, 0)).fma(x, a1);
-            c1 = ((FloatVector) j1.and(m0).convertShape(i2f, f, 0)).fma(x, c1);
+            a1 = ((FloatVector) i1.lanewise(and, m0).convertShape(i2f, f, 0)).lanewise(fma, x, a1);
+            c1 = ((FloatVector) j1.lanewise(and, m0).convertShape(i2f, f, 0)).lanewise(fma, x, c1);
             x = FloatVector.broadcast(f, prepared[y + 6]);
-            a2 = ((FloatVector) i1.and(m6).convertShape(i2f, f, 0)).fma(x, a2);
-            c2 = ((FloatVector) j1.and(m6).convertShape(i2f, f, 0)).fma(x, c2);
+            a2 = ((FloatVector) i1.lanewise(and, m6).convertShape(i2f, f, 0)).lanewise(fma, x, a2);
+            c2 = ((FloatVector) j1.lanewise(and, m6).convertShape(i2f, f, 0)).lanewise(fma, x, c2);
             x = FloatVector.broadcast(f, prepared[y + 7]);
-            a3 = ((FloatVector) i1.and(m12).convertShape(i2f, f, 0)).fma(x, a3);
-            c3 = ((FloatVector) j1.and(m12).convertShape(i2f, f, 0)).fma(x, c3);
+            a3 = ((FloatVector) i1.lanewise(and, m12).convertShape(i2f, f, 0)).lanewise(fma, x, a3);
+            c3 = ((FloatVector) j1.lanewise(and, m12).convertShape(i2f, f, 0)).lanewise(fma, x, c3);
             x = FloatVector.broadcast(f, prepared[y + 8]);
-            a0 = ((FloatVector) i1.and(m18).convertShape(i2f, f, 0)).fma(x, a0);
-            c0 = ((FloatVector) j1.and(m18).convertShape(i2f, f, 0)).fma(x, c0);
+            a0 = ((FloatVector) i1.lanewise(and, m18).convertShape(i2f, f, 0)).lanewise(fma, x, a0);
+            c0 = ((FloatVector) j1.lanewise(and, m18).convertShape(i2f, f, 0)).lanewise(fma, x, c0);
             x = FloatVector.broadcast(f, prepared[y + 9]);
-            a1 = ((FloatVector) i1.and(m24).convertShape(i2f, f, 0)).fma(x, a1);
-            c1 = ((FloatVector) j1.and(m24).convertShape(i2f, f, 0)).fma(x, c1);
+            a1 = ((FloatVector) i1.lanewise(and, m24).convertShape(i2f, f, 0)).lanewise(fma, x, a1);
+            c1 = ((FloatVector) j1.lanewise(and, m24).convertShape(i2f, f, 0)).lanewise(fma, x, c1);
             x = FloatVector.broadcast(f, prepared[y + 10]);
-            a2 = ((FloatVector) i2.and(m0).convertShape(i2f, f, 0)).fma(x, a2);
-            c2 = ((FloatVector) j2.and(m0).convertShape(i2f, f, 0)).fma(x, c2);
+            a2 = ((FloatVector) i2.lanewise(and, m0).convertShape(i2f, f, 0)).lanewise(fma, x, a2);
+            c2 = ((FloatVector) j2.lanewise(and, m0).convertShape(i2f, f, 0)).lanewise(fma, x, c2);
             x = FloatVector.broadcast(f, prepared[y + 11]);
-            a3 = ((FloatVector) i2.and(m6).convertShape(i2f, f, 0)).fma(x, a3);
-            c3 = ((FloatVector) j2.and(m6).convertShape(i2f, f, 0)).fma(x, c3);
+            a3 = ((FloatVector) i2.lanewise(and, m6).convertShape(i2f, f, 0)).lanewise(fma, x, a3);
+            c3 = ((FloatVector) j2.lanewise(and, m6).convertShape(i2f, f, 0)).lanewise(fma, x, c3);
             x = FloatVector.broadcast(f, prepared[y + 12]);
-            a0 = ((FloatVector) i2.and(m12).convertShape(i2f, f, 0)).fma(x, a0);
-            c0 = ((FloatVector) j2.and(m12).convertShape(i2f, f, 0)).fma(x, c0);
+            a0 = ((FloatVector) i2.lanewise(and, m12).convertShape(i2f, f, 0)).lanewise(fma, x, a0);
+            c0 = ((FloatVector) j2.lanewise(and, m12).convertShape(i2f, f, 0)).lanewise(fma, x, c0);
             x = FloatVector.broadcast(f, prepared[y + 13]);
-            a1 = ((FloatVector) i2.and(m18).convertShape(i2f, f, 0)).fma(x, a1);
-            c1 = ((FloatVector) j2.and(m18).convertShape(i2f, f, 0)).fma(x, c1);
+            a1 = ((FloatVector) i2.lanewise(and, m18).convertShape(i2f, f, 0)).lanewise(fma, x, a1);
+            c1 = ((FloatVector) j2.lanewise(and, m18).convertShape(i2f, f, 0)).lanewise(fma, x, c1);
             x = FloatVector.broadcast(f, prepared[y + 14]);
-            a2 = ((FloatVector) i2.and(m24).convertShape(i2f, f, 0)).fma(x, a2);
-            c2 = ((FloatVector) j2.and(m24).convertShape(i2f, f, 0)).fma(x, c2);
+            a2 = ((FloatVector) i2.lanewise(and, m24).convertShape(i2f, f, 0)).lanewise(fma, x, a2);
+            c2 = ((FloatVector) j2.lanewise(and, m24).convertShape(i2f, f, 0)).lanewise(fma, x, c2);
             // Slot 15: its bits 0-1, 2-3 and 4-5 from the three ints' bits 30-31, joined at bits 24-29.
             x = FloatVector.broadcast(f, prepared[y + 15]);
-            IntVector top = i0.lanewise(VectorOperators.LSHR, 6)
-                    .lanewise(VectorOperators.BITWISE_BLEND, i1.lanewise(VectorOperators.LSHR, 4), t26)
-                    .lanewise(VectorOperators.BITWISE_BLEND, i2.lanewise(VectorOperators.LSHR, 2), t28).and(m24);
-            a3 = ((FloatVector) top.convertShape(i2f, f, 0)).fma(x, a3);
-            IntVector top2 = j0.lanewise(VectorOperators.LSHR, 6)
-                    .lanewise(VectorOperators.BITWISE_BLEND, j1.lanewise(VectorOperators.LSHR, 4), t26)
-                    .lanewise(VectorOperators.BITWISE_BLEND, j2.lanewise(VectorOperators.LSHR, 2), t28).and(m24);
-            c3 = ((FloatVector) top2.convertShape(i2f, f, 0)).fma(x, c3);
+            IntVector top = i0.lanewise(shr, 6).lanewise(blend, i1.lanewise(shr, 4), t26)
+                    .lanewise(blend, i2.lanewise(shr, 2), t28).lanewise(and, m24);
+            a3 = ((FloatVector) top.convertShape(i2f, f, 0)).lanewise(fma, x, a3);
+            IntVector top2 = j0.lanewise(shr, 6).lanewise(blend, j1.lanewise(shr, 4), t26)
+                    .lanewise(blend, j2.lanewise(shr, 2), t28).lanewise(and, m24);
+            c3 = ((FloatVector) top2.convertShape(i2f, f, 0)).lanewise(fma, x, c3);
         }
         // Each sub-block's sum plus -32 times its activations' sum, times the rows' scales; all times d.
         var bytes = ByteVector.SPECIES_128;
         var b2f = VectorOperators.B2F;
+        var add = VectorOperators.ADD;
+        var mul = VectorOperators.MUL;
         int sums = source().cols() + 16 * b + 4 * s;
         long sc = sec + (long) GROUP * u1;
         long sc2 = sec2 + (long) GROUP * u2;
         long nextScale = (long) GROUP * units;
         long nextScale2 = (long) GROUP * units2;
-        FloatVector r = a0.add(prepared[sums])
-                .mul((FloatVector) ByteVector.fromMemorySegment(bytes, w, sc, LE).convertShape(b2f, f, 0));
-        r = a1.add(prepared[sums + 1]).fma((FloatVector) ByteVector.fromMemorySegment(bytes, w, sc + nextScale, LE)
+        FloatVector x0 = FloatVector.broadcast(f, prepared[sums]);
+        FloatVector x1 = FloatVector.broadcast(f, prepared[sums + 1]);
+        FloatVector x2 = FloatVector.broadcast(f, prepared[sums + 2]);
+        FloatVector x3 = FloatVector.broadcast(f, prepared[sums + 3]);
+        FloatVector r = a0.lanewise(add, x0).lanewise(mul, (FloatVector) ByteVector.fromMemorySegment(bytes, w, sc, LE)
+                .convertShape(b2f, f, 0));
+        r = a1.lanewise(add, x1).lanewise(fma, (FloatVector) ByteVector.fromMemorySegment(bytes, w, sc + nextScale, LE)
                 .convertShape(b2f, f, 0), r);
-        r = a2.add(prepared[sums + 2]).fma((FloatVector) ByteVector.fromMemorySegment(bytes, w, sc + 2 * nextScale,
-                LE).convertShape(b2f, f, 0), r);
-        r = a3.add(prepared[sums + 3]).fma((FloatVector) ByteVector.fromMemorySegment(bytes, w, sc + 3 * nextScale,
-                LE).convertShape(b2f, f, 0), r);
-        FloatVector r2 = c0.add(prepared[sums])
-                .mul((FloatVector) ByteVector.fromMemorySegment(bytes, w, sc2, LE).convertShape(b2f, f, 0));
-        r2 = c1.add(prepared[sums + 1]).fma((FloatVector) ByteVector.fromMemorySegment(bytes, w, sc2 + nextScale2, LE)
-                .convertShape(b2f, f, 0), r2);
-        r2 = c2.add(prepared[sums + 2]).fma((FloatVector) ByteVector.fromMemorySegment(bytes, w, sc2
-                + 2 * nextScale2, LE).convertShape(b2f, f, 0), r2);
-        r2 = c3.add(prepared[sums + 3]).fma((FloatVector) ByteVector.fromMemorySegment(bytes, w, sc2
-                + 3 * nextScale2, LE).convertShape(b2f, f, 0), r2);
-        // The fp16 d as in Q4_K's copy (SCALE_BITS).
+        r = a2.lanewise(add, x2).lanewise(fma, (FloatVector) ByteVector.fromMemorySegment(bytes, w,
+                sc + 2 * nextScale, LE).convertShape(b2f, f, 0), r);
+        r = a3.lanewise(add, x3).lanewise(fma, (FloatVector) ByteVector.fromMemorySegment(bytes, w,
+                sc + 3 * nextScale, LE).convertShape(b2f, f, 0), r);
+        FloatVector r2 = c0.lanewise(add, x0).lanewise(mul, (FloatVector) ByteVector.fromMemorySegment(bytes, w, sc2,
+                LE).convertShape(b2f, f, 0));
+        r2 = c1.lanewise(add, x1).lanewise(fma, (FloatVector) ByteVector.fromMemorySegment(bytes, w,
+                sc2 + nextScale2, LE).convertShape(b2f, f, 0), r2);
+        r2 = c2.lanewise(add, x2).lanewise(fma, (FloatVector) ByteVector.fromMemorySegment(bytes, w,
+                sc2 + 2 * nextScale2, LE).convertShape(b2f, f, 0), r2);
+        r2 = c3.lanewise(add, x3).lanewise(fma, (FloatVector) ByteVector.fromMemorySegment(bytes, w,
+                sc2 + 3 * nextScale2, LE).convertShape(b2f, f, 0), r2);
+        // The fp16 d as in Q4_K's copy (SCALE_BITS); reinterpretShape for reinterpretAsFloats (the same bits).
         var halves = ShortVector.SPECIES_256;
         var s2i = VectorOperators.S2I;
         FloatVector bias = FloatVector.broadcast(f, FP16_BIAS);
-        FloatVector d = ((IntVector) ShortVector.fromMemorySegment(halves, w, base + 2L * GROUP * u1, LE)
-                .convertShape(s2i, ints, 0)).lanewise(VectorOperators.LSHL, 13).and(SCALE_BITS)
-                .reinterpretAsFloats().mul(bias);
-        FloatVector d2 = ((IntVector) ShortVector.fromMemorySegment(halves, w, base2 + 2L * GROUP * u2, LE)
-                .convertShape(s2i, ints, 0)).lanewise(VectorOperators.LSHL, 13).and(SCALE_BITS)
-                .reinterpretAsFloats().mul(bias);
+        IntVector by13 = IntVector.broadcast(ints, 13);
+        IntVector scaleBits = IntVector.broadcast(ints, SCALE_BITS);
+        FloatVector d = ((FloatVector) ((IntVector) ShortVector.fromMemorySegment(halves, w, base + 2L * GROUP * u1, LE)
+                .convertShape(s2i, ints, 0)).lanewise(VectorOperators.LSHL, by13).lanewise(and, scaleBits)
+                .reinterpretShape(f, 0)).lanewise(mul, bias);
+        FloatVector d2 = ((FloatVector) ((IntVector) ShortVector.fromMemorySegment(halves, w, base2 + 2L * GROUP * u2,
+                LE).convertShape(s2i, ints, 0)).lanewise(VectorOperators.LSHL, by13).lanewise(and, scaleBits)
+                .reinterpretShape(f, 0)).lanewise(mul, bias);
         // Both sums read before either is stored: a group computed as both stores the same bits twice.
-        FloatVector sum = r.fma(d, FloatVector.fromArray(f, out, at));
-        FloatVector sum2 = r2.fma(d2, FloatVector.fromArray(f, out, at2));
+        FloatVector sum = r.lanewise(fma, d, FloatVector.fromArray(f, out, at));
+        FloatVector sum2 = r2.lanewise(fma, d2, FloatVector.fromArray(f, out, at2));
+        // One lane a row, checked here so that intoArray, which asks the vector its length and species, is reached
+        // with the vector's class known (the guess made at this call, from this method's profile).
+        if (sum.length() != GROUP || sum2.length() != GROUP) {
+            throw new AssertionError("a section's sums have one lane a row");
+        }
         sum.intoArray(out, at);
         sum2.intoArray(out, at2);
     }
