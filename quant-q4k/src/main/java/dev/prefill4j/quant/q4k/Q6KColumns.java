@@ -184,18 +184,19 @@ final class Q6KColumns extends KColumns {
      * {@code lanewise} forms rather than {@code and}, {@code fma}, {@code add(float)}, {@code mul} or {@code
      * reinterpretAsFloats}, which make that call inside the Vector API, and {@code length()} asked before {@code
      * intoArray}. C2 takes the class of a vector it does not know yet (a loaded or converted one, a call's result) from
-     * the call site's profile, and where that guess has failed four times at a site (per-site trap limit), it compiles
-     * the call as a real virtual call, which takes the vector as an object: from then on a compilation reaching the
-     * site boxes vectors there at every step. The sites inside the Vector API are shared by every kernel in the
-     * process, and the deoptimization log ({@code -Xlog:deoptimization=debug}) showed four such failures at {@code
-     * FloatVector.intoArray}'s and at {@code FloatVector.mul}'s in each of six Q4_K_M decode processes, 4.6-6.4 s in.
-     * About one such process in ten made 180-220 young collections a second and ran {@code ffn_down} at 13-15 ms
-     * instead of about 8, its compilation of this method (PrintInlining) with calls reached through those sites'
-     * profiles, the species check's failure call parsed and intrinsics retried; that it was compiled after the
-     * failures, the others before, is inferred (NOT VERIFIED: no compile times were logged with them). A site in this
-     * method has this method's profile only. Shifts by a constant keep the scalar
-     * form (an immediate) where the vector's class is already known from a call before; by a broadcast vector (a
-     * variable shift) {@code ffn_down} took 1.17x the time (medians of eight alternating pairs).
+     * the call site's profile, and where such guesses have already failed at a site, it compiles the call there as a
+     * real virtual call for other classes, which takes the vector as an object: from then on a compilation reaching the
+     * site boxes vectors there at every step (read from the compilations' trees, not from HotSpot's source). The sites
+     * inside the Vector API are shared by every kernel in the process, and the deoptimization log ({@code
+     * -Xlog:deoptimization=debug}) showed four such failures at {@code FloatVector.intoArray}'s and at {@code
+     * FloatVector.mul}'s in each of six Q4_K_M decode processes, 4.6-6.4 s in. About one such process in ten made
+     * 180-220 young collections a second and ran {@code ffn_down} at 13-15 ms instead of about 8, its compilation of
+     * this method (PrintInlining) with calls reached through those sites' profiles, the species check's failure call
+     * parsed and intrinsics retried; that it was compiled after the failures, the others before, is inferred (NOT
+     * VERIFIED: no compile times were logged with them). A site in this method has this method's profile only. Shifts
+     * by a constant keep the scalar form (an immediate) where the vector's class is already known from a call before;
+     * by a broadcast vector (a variable shift) {@code ffn_down} took 1.17x the time (medians of eight alternating
+     * pairs).
      *
      * @param base  where group one's unit starts this super-block; {@code units} groups in it, the group {@code u1}-th
      * @param base2 the same for group two
@@ -345,7 +346,8 @@ final class Q6KColumns extends KColumns {
         FloatVector sum = r.lanewise(fma, d, FloatVector.fromArray(f, out, at));
         FloatVector sum2 = r2.lanewise(fma, d2, FloatVector.fromArray(f, out, at2));
         // One lane a row, checked here so that intoArray, which asks the vector its length and species, is reached
-        // with the vector's class known (the guess made at this call, from this method's profile).
+        // with the vector's class known (the guess made at this call, from this method's profile): in most
+        // compilations, not all (the performance notes, Kernels, 2026-12-07).
         if (sum.length() != GROUP || sum2.length() != GROUP) {
             throw new AssertionError("a section's sums have one lane a row");
         }
