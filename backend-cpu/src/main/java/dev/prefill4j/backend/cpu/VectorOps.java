@@ -47,9 +47,9 @@ final class VectorOps {
         return s;
     }
 
-    /** Float lanes as many as {@link #DOUBLES}' (SwiGLU widens them). */
-    private static final VectorSpecies<Float> FLOATS_PER_DOUBLES =
-            VectorSpecies.of(float.class, VectorShape.forBitSize(DOUBLES.length() * 32));
+    /** The upper half of {@link #FLOATS}' lanes: where a vector of {@link #DOUBLES} narrowed as part -1 lands. */
+    private static final VectorMask<Float> UPPER_HALF = VectorMask.fromLong(FLOATS,
+            ((1L << FLOATS.length()) - 1) & -(1L << DOUBLES.length()));
 
     /**
      * {@code gate[go + i] = silu(gate[go + i]) * up[uo + i]} for {@code i < n}: {@code silu(g) = g / (1 + e^-g)}
@@ -61,13 +61,24 @@ final class VectorOps {
      */
     static void swiglu(float[] gate, int go, float[] up, int uo, int n) {
         int i = 0;
-        for (int bound = DOUBLES.loopBound(n); i < bound; i += DOUBLES.length()) {
-            DoubleVector g = (DoubleVector) FloatVector.fromArray(FLOATS_PER_DOUBLES, gate, go + i)
-                    .convertShape(VectorOperators.F2D, DOUBLES, 0);
+        for (int bound = FLOATS.loopBound(n); i < bound; i += FLOATS.length()) {
+            FloatVector gates = FloatVector.fromArray(FLOATS, gate, go + i);
+            DoubleVector g = (DoubleVector) gates.convertShape(VectorOperators.F2D, DOUBLES, 0);
+            DoubleVector h = (DoubleVector) gates.convertShape(VectorOperators.F2D, DOUBLES, 1);
             DoubleVector z = ExpOps.exp2(g.abs().mul(-ExpOps.LOG2E_D));
-            DoubleVector num = z.blend(1.0, g.compare(VectorOperators.GE, 0.0));
-            ((FloatVector) g.mul(num).div(z.add(1.0)).convertShape(VectorOperators.D2F, FLOATS_PER_DOUBLES, 0))
-                    .mul(FloatVector.fromArray(FLOATS_PER_DOUBLES, up, uo + i)).intoArray(gate, go + i);
+            DoubleVector y = ExpOps.exp2(h.abs().mul(-ExpOps.LOG2E_D));
+            DoubleVector silu = g.mul(z.blend(1.0, g.compare(VectorOperators.GE, 0.0))).div(z.add(1.0));
+            DoubleVector silu2 = h.mul(y.blend(1.0, h.compare(VectorOperators.GE, 0.0))).div(y.add(1.0));
+            // Both halves narrowed into one vector of FLOATS (the lower half as part 0, the upper as part -1), so that
+            // no float vector of half the width passes the Vector API's mul and intoArray, which every kernel's
+            // vectors pass too: compiled code that had guessed the kernels' class there failed on the half-width
+            // ones, and C2 compiles such a site in kernels compiled after that as a call that boxes
+            // (Q6KColumns#section). With half-width vectors here, four such failures at FloatVector.mul's site in
+            // each Q4_K_M decode process; with this form none (-Xlog:deoptimization=debug, two processes each).
+            // intoArray's four remain: other half-width users.
+            ((FloatVector) silu.convertShape(VectorOperators.D2F, FLOATS, 0))
+                    .blend((FloatVector) silu2.convertShape(VectorOperators.D2F, FLOATS, -1), UPPER_HALF)
+                    .mul(FloatVector.fromArray(FLOATS, up, uo + i)).intoArray(gate, go + i);
         }
         for (; i < n; i++) {
             gate[go + i] = swiglu(gate[go + i], up[uo + i]);
