@@ -190,8 +190,8 @@ final class Q6KColumns extends KColumns {
      * inside the Vector API are shared by every kernel in the process, and the deoptimization log ({@code
      * -Xlog:deoptimization=debug}) showed four such failures at {@code FloatVector.intoArray}'s and at {@code
      * FloatVector.mul}'s in each of six Q4_K_M decode processes, 4.6-6.4 s in. About one such process in ten made
-     * 180-220 young collections a second and ran {@code ffn_down} at 13-15 ms instead of about 8, its compilation of
-     * this method (PrintInlining) with calls reached through those sites' profiles, the species check's failure call
+     * 180-226 young collections a second and ran {@code ffn_down} at 12.6-14.9 ms instead of about 8, its compilation
+     * of this method (PrintInlining) with calls reached through those sites' profiles, the species check's failure call
      * parsed and intrinsics retried; that it was compiled after the failures, the others before, is inferred (NOT
      * VERIFIED: no compile times were logged with them). A site in this method has this method's profile only. Shifts
      * by a constant keep the scalar form (an immediate) where the vector's class is already known from a call before;
