@@ -47,9 +47,8 @@ final class VectorOps {
         return s;
     }
 
-    /** The upper half of {@link #FLOATS}' lanes: where a vector of {@link #DOUBLES} narrowed as part -1 lands. */
-    private static final VectorMask<Float> UPPER_HALF = VectorMask.fromLong(FLOATS,
-            ((1L << FLOATS.length()) - 1) & -(1L << DOUBLES.length()));
+    /** The lower half of {@link #FLOATS}' lanes: as many as {@link #DOUBLES} has. */
+    private static final VectorMask<Float> LOWER_HALF = VectorMask.fromLong(FLOATS, (1L << DOUBLES.length()) - 1);
 
     /**
      * {@code gate[go + i] = silu(gate[go + i]) * up[uo + i]} for {@code i < n}: {@code silu(g) = g / (1 + e^-g)}
@@ -61,24 +60,29 @@ final class VectorOps {
      */
     static void swiglu(float[] gate, int go, float[] up, int uo, int n) {
         int i = 0;
+        int half = DOUBLES.length();
         for (int bound = FLOATS.loopBound(n); i < bound; i += FLOATS.length()) {
-            FloatVector gates = FloatVector.fromArray(FLOATS, gate, go + i);
-            DoubleVector g = (DoubleVector) gates.convertShape(VectorOperators.F2D, DOUBLES, 0);
-            DoubleVector h = (DoubleVector) gates.convertShape(VectorOperators.F2D, DOUBLES, 1);
+            // Each half of the float vector's lanes widened as part 0 of a whole float vector, the upper half read
+            // and written through a mask. Not as part 1 (nor narrowed back as part -1): the Vector API moves such
+            // parts with a slice, which C2 left as boxing Java code when it compiled this loop into CpuDevice's
+            // prefill epilogue (-XX:+PrintIntrinsics "unbox failed"; about 170 young collections a second through
+            // Q4_K_M pp512, 175 against 155 tokens/s, 2026-12-07). Not through half-width float vectors either:
+            // every kernel's vectors pass the Vector API's mul and intoArray, and compiled code that had guessed
+            // the kernels' class there failed on half-width ones; C2 compiles such a site in kernels compiled after
+            // that as a call that boxes (Q6KColumns#section).
+            DoubleVector g = (DoubleVector) FloatVector.fromArray(FLOATS, gate, go + i)
+                    .convertShape(VectorOperators.F2D, DOUBLES, 0);
+            DoubleVector h = (DoubleVector) FloatVector.fromArray(FLOATS, gate, go + i + half, LOWER_HALF)
+                    .convertShape(VectorOperators.F2D, DOUBLES, 0);
             DoubleVector z = ExpOps.exp2(g.abs().mul(-ExpOps.LOG2E_D));
             DoubleVector y = ExpOps.exp2(h.abs().mul(-ExpOps.LOG2E_D));
             DoubleVector silu = g.mul(z.blend(1.0, g.compare(VectorOperators.GE, 0.0))).div(z.add(1.0));
             DoubleVector silu2 = h.mul(y.blend(1.0, h.compare(VectorOperators.GE, 0.0))).div(y.add(1.0));
-            // Both halves narrowed into one vector of FLOATS (the lower half as part 0, the upper as part -1), so that
-            // no float vector of half the width passes the Vector API's mul and intoArray, which every kernel's
-            // vectors pass too: compiled code that had guessed the kernels' class there failed on the half-width
-            // ones, and C2 compiles such a site in kernels compiled after that as a call that boxes
-            // (Q6KColumns#section). With half-width vectors here, four such failures at FloatVector.mul's site in
-            // each Q4_K_M decode process; with this form none (-Xlog:deoptimization=debug, two processes each).
-            // intoArray's four remain: other half-width users.
             ((FloatVector) silu.convertShape(VectorOperators.D2F, FLOATS, 0))
-                    .blend((FloatVector) silu2.convertShape(VectorOperators.D2F, FLOATS, -1), UPPER_HALF)
-                    .mul(FloatVector.fromArray(FLOATS, up, uo + i)).intoArray(gate, go + i);
+                    .mul(FloatVector.fromArray(FLOATS, up, uo + i)).intoArray(gate, go + i, LOWER_HALF);
+            ((FloatVector) silu2.convertShape(VectorOperators.D2F, FLOATS, 0))
+                    .mul(FloatVector.fromArray(FLOATS, up, uo + i + half, LOWER_HALF))
+                    .intoArray(gate, go + i + half, LOWER_HALF);
         }
         for (; i < n; i++) {
             gate[go + i] = swiglu(gate[go + i], up[uo + i]);
