@@ -54,17 +54,24 @@ final class ExpOps {
      * {@return 2^x} for {@code x <= 0} in double precision (a few ulp), lane by lane: the method of
      * {@link #exp2(FloatVector)} with double constants and a degree-12 polynomial. For SwiGLU, whose sigmoid is
      * computed in double so that its float result is the one a correctly rounded computation gives, bar rare ties.
+     * For vectors of {@link VectorOps#DOUBLES}.
      */
     static DoubleVector exp2(DoubleVector in) {
+        // The species a constant, not in.species(): that asks the vector through AbstractVector.species, a site every
+        // kernel's vectors pass. In one Q4_K_M prefill process of twelve, compiled code failed its class guess there
+        // four times (JFR jdk.Deoptimization, at this method's broadcasts) and the broadcasts and fused multiply-adds
+        // below then ran as their Java fallbacks (JFR allocation samples: double[] and Double512Vector made there,
+        // about 1,000 young collections a second, pp512 74 against 152-171 tokens/s in the other eleven; 2026-12-07).
+        var s = VectorOps.DOUBLES;
         DoubleVector x = in.blend(FLOOR_D, in.compare(VectorOperators.LT, FLOOR_D));
         DoubleVector t = x.add(ROUNDER_D);
         DoubleVector scale = t.reinterpretAsLongs().lanewise(VectorOperators.LSHL, 52).reinterpretAsDoubles();
         DoubleVector f = x.sub(t.sub(ROUNDER_D));
-        DoubleVector p = DoubleVector.broadcast(in.species(), D[11]);
+        DoubleVector p = DoubleVector.broadcast(s, D[11]);
         for (int k = 10; k >= 0; k--) {
-            p = p.fma(f, DoubleVector.broadcast(in.species(), D[k]));
+            p = p.fma(f, DoubleVector.broadcast(s, D[k]));
         }
-        return p.fma(f, DoubleVector.broadcast(in.species(), 1.0)).mul(scale);
+        return p.fma(f, DoubleVector.broadcast(s, 1.0)).mul(scale);
     }
 
     /** {@return 2^x} for {@code x <= 0}; the lane arithmetic of {@link #exp2(DoubleVector)}, one value. */
@@ -95,9 +102,12 @@ final class ExpOps {
         return p * scale;
     }
 
-    /** {@return 2^x} lane by lane, for lanes {@code <= 0}: the arithmetic of {@link #exp2(float)} in every lane. */
+    /**
+     * {@return 2^x} lane by lane, for lanes {@code <= 0}: the arithmetic of {@link #exp2(float)} in every lane. For
+     * vectors of {@link VectorOps#FLOATS}.
+     */
     static FloatVector exp2(FloatVector in) {
-        var species = in.species();
+        var species = VectorOps.FLOATS; // a constant, not in.species(): see exp2(DoubleVector)
         // A compare and a blend: FloatVector.max follows Math.max (NaN and signed zeros), six instructions on x86.
         FloatVector x = in.blend(FLOOR, in.compare(VectorOperators.LT, FLOOR));
         FloatVector t = x.add(ROUNDER);
