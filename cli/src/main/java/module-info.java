@@ -10,6 +10,9 @@ module dev.prefill4j.cli {
     requires info.picocli;
     // --verbose turns the registry's System.Logger output (backed by java.util.logging) up to DEBUG.
     requires java.logging;
+    // bench counts the heap bytes its timed runs allocate (com.sun.management.ThreadMXBean): a kernel left boxing
+    // its vectors by the JIT allocates megabytes a token, and its speed is reported as not the engine's.
+    requires jdk.management;
 
     // picocli reads the command classes reflectively.
     opens dev.prefill4j.cli to info.picocli;

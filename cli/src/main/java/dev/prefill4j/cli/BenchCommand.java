@@ -13,6 +13,7 @@ import dev.prefill4j.engine.model.LlamaConfig;
 import dev.prefill4j.engine.model.LlamaModel;
 import dev.prefill4j.engine.verify.Verification;
 import java.io.IOException;
+import java.lang.management.ManagementFactory;
 import java.nio.file.Files;
 import java.nio.file.Path;
 import java.util.ArrayList;
@@ -32,7 +33,8 @@ import picocli.CommandLine.Option;
  * warm-up (a tg test's of at least {@link #TG_WARM_UP_TOKENS} steps), then {@code -r} timed repetitions in the same
  * session, emptied before each (as llama-bench clears its context's cache), over deterministic random token ids;
  * with the machine's measured FMA peak and read bandwidth, achieved GFLOP/s, bytes per decoded token, peak resident
- * memory, and a verification label from an FP64 reference run of the same configuration.
+ * memory, the heap the timed runs allocated, and a verification label from an FP64 reference run of the same
+ * configuration.
  */
 @Command(name = "bench", mixinStandardHelpOptions = true, sortOptions = false,
         description = {"Measure prompt processing (ppN: prefill N tokens) and text generation (tgN: N decode steps) "
@@ -41,8 +43,10 @@ import picocli.CommandLine.Option;
                 + "-r repetitions; prints mean, standard deviation and median, achieved GFLOP/s against this "
                 + "machine's measured FP32 FMA peak, bytes read per decoded token against measured read bandwidth, "
                 + "peak resident memory (of loading the model and the pp/tg runs, against the model + KV cache + 15%%; "
-                + "and with what runs after them), and whether the configuration matches the scalar FP64 reference on "
-                + "a short prompt (its first half prefilled, the rest decoded a token at a time).",
+                + "and with what runs after them), heap bytes allocated a token in the timed runs (with a WARNING where "
+                + "they show a kernel running in code that boxes its vectors, whose speed is not the engine's), and "
+                + "whether the configuration matches the scalar FP64 reference on a short prompt (its first half "
+                + "prefilled, the rest decoded a token at a time).",
                 "Without -m it benchmarks a synthetic model the engine generates in memory: by default the "
                 + "Llama-3.2-1B geometry in Q4_0 (--synthetic llama-1b --type q4_0; about 20 s to generate). Before "
                 + "generating it, bench readies the kernels on one layer of that shape (a few seconds), so that the "
@@ -56,6 +60,18 @@ final class BenchCommand implements Callable<Integer> {
      * and 41.1; with 64 warm-up steps, 40.3 against tg64's 40.6.
      */
     static final int TG_WARM_UP_TOKENS = 64;
+
+    /**
+     * Heap bytes a token and layer, beyond the logits handed back, above which a test's timed runs are reported as
+     * not the engine's speed. The kernels allocate nothing; the dispatch around them small objects (a worker pool's
+     * loop, attention's per-block tasks): 1.8 KiB a prompt token and 49 KiB a decode step beyond the logits on
+     * the 16-layer 1B files (Q4_0 and Q4_K_M, {@code -p 512 -n 16 -r 2}, Zen 5 VM, 2026-12-07), 3 KiB a layer at most.
+     * A kernel compiled with Vector API calls left out of line boxes every vector it touches: the collapses seen on
+     * those files (one process in about twelve) ran 200-1,000 young collections a second of a 1.3 MiB eden, 14-18 MiB
+     * a token, about 1 MiB a layer; before the JIT has compiled the kernels at all, pp16 on the four-layer tiny
+     * synthetic model allocated 1.1 MiB a token, 287 KiB a layer.
+     */
+    static final long ALLOCATION_WARNING_BYTES_PER_LAYER = 64 * 1024;
 
     @Mixin
     EngineOptions engine;
@@ -151,6 +167,8 @@ final class BenchCommand implements Callable<Integer> {
                 // tens of percent between the runs and a calibration at the end, so each run is compared with the peak
                 // of its own moment and the median of those ratios is reported.
                 double[] peaks = new double[reps];
+                // Heap bytes every thread allocated during each timed run (-1: not counted by this JVM).
+                long[] heap = new long[reps];
                 OpProfile ops = profile ? new OpProfile() : null;
                 long timedNanos = 0;
                 int ctx = Math.min(c.contextLength(), Math.max(n + 1, 512));
@@ -169,6 +187,7 @@ final class BenchCommand implements Callable<Integer> {
                         }
                         s.truncate(0);
                         s.profile(r >= 0 ? ops : null);
+                        long a0 = heapAllocatedBytes();
                         long t0 = System.nanoTime();
                         if (pp) {
                             s.prefill(ids, false);
@@ -178,7 +197,9 @@ final class BenchCommand implements Callable<Integer> {
                             }
                         }
                         long dt = System.nanoTime() - t0;
+                        long a1 = heapAllocatedBytes();
                         if (r >= 0) {
+                            heap[r] = a0 < 0 || a1 < 0 ? -1 : a1 - a0;
                             tps[r] = n * 1e9 / dt;
                             timedNanos += dt;
                         }
@@ -220,6 +241,8 @@ final class BenchCommand implements Callable<Integer> {
                     row.put("bytes_per_token", perToken);
                     row.put("read_gb_s", perToken * median / 1e9);
                 }
+                putHeapAllocation(row, heap, n, pp ? (long) Float.BYTES * c.vocab() : (long) Float.BYTES * c.vocab() * n,
+                        c.layers());
                 if (ops != null) {
                     row.put("operations", operations(ops, (long) n * reps, timedNanos));
                     row.put("profiled_share", (double) ops.totalNanos() / timedNanos);
@@ -305,6 +328,13 @@ final class BenchCommand implements Callable<Integer> {
                         System.out.printf(Locale.ROOT, "  %s: %.1f MB read per token (weights + mean KV), %.1f GB/s = %.0f%% of read bandwidth%n",
                                 row.get("test"), (double) row.get("bytes_per_token") / 1e6, (double) row.get("read_gb_s"),
                                 (double) row.get("percent_of_read_bandwidth"));
+                    }
+                    if (row.get("heap_bytes_per_token") instanceof Double perToken) {
+                        System.out.printf("  %s: %s a token allocated on the heap (the logits handed back: %s)%n",
+                                row.get("test"), bytes(perToken), bytes((double) row.get("returned_bytes_per_token")));
+                    }
+                    if (row.get("heap_allocation_warning") instanceof String warning) {
+                        System.out.printf("  %s: WARNING: %s%n", row.get("test"), warning);
                     }
                     if (row.get("operations") instanceof List<?> list) {
                         // Decode is bound by the weights' stream, prefill by arithmetic: each gets its own rate.
@@ -600,6 +630,55 @@ final class BenchCommand implements Callable<Integer> {
             }
         }
         return model.weightBytes();
+    }
+
+    /**
+     * Puts a test's heap allocation into its row: {@code heap_bytes_per_token} (the median run's allocation over its
+     * tokens), {@code returned_bytes_per_token} (the logits the session hands back, which the caller owns) and
+     * {@code heap_allocation_warning}, a sentence when the runs allocated more than
+     * {@link #ALLOCATION_WARNING_BYTES_PER_LAYER} a token and layer beyond those logits, or {@code null}.
+     *
+     * @param heap     each timed run's allocated bytes, -1 where not counted
+     * @param tokens   tokens a run
+     * @param returned bytes of logits a run returns
+     * @param layers   the model's layers
+     */
+    static void putHeapAllocation(Map<String, Object> row, long[] heap, int tokens, long returned, int layers) {
+        row.put("heap_bytes_allocated_at_runs", heap);
+        if (Arrays.stream(heap).anyMatch(b -> b < 0)) {
+            row.put("heap_bytes_per_token", null);
+            row.put("heap_allocation_warning", null);
+            return;
+        }
+        double perToken = median(Arrays.stream(heap).asDoubleStream().toArray()) / tokens;
+        double beyond = perToken - (double) returned / tokens;
+        row.put("heap_bytes_per_token", perToken);
+        row.put("returned_bytes_per_token", (double) returned / tokens);
+        row.put("heap_allocation_warning", beyond <= (double) ALLOCATION_WARNING_BYTES_PER_LAYER * layers ? null
+                : String.format(Locale.ROOT, "the timed runs allocated %s a token beyond the logits: a kernel "
+                        + "is running in code that boxes its vectors (the JIT left Vector API calls out of line, or had "
+                        + "not compiled them yet), so this speed is not the engine's; run bench again (a new process "
+                        + "compiles anew), and for a short test give the JIT more warm-up with a longer one",
+                bytes(beyond)));
+    }
+
+    /** {@return {@code n} bytes in KiB, MiB or GiB, one decimal} */
+    static String bytes(double n) {
+        return n < 1 << 20 ? String.format(Locale.ROOT, "%.1f KiB", n / 1024)
+                : n < 1 << 30 ? String.format(Locale.ROOT, "%.1f MiB", n / (1 << 20))
+                : String.format(Locale.ROOT, "%.1f GiB", n / (1 << 30));
+    }
+
+    /**
+     * {@return the heap bytes every thread of this JVM has allocated so far, or -1 where it does not count them}
+     * Includes threads that have ended, so the engine's worker threads are counted whatever their lifetime.
+     */
+    static long heapAllocatedBytes() {
+        if (ManagementFactory.getThreadMXBean() instanceof com.sun.management.ThreadMXBean threads
+                && threads.isThreadAllocatedMemorySupported() && threads.isThreadAllocatedMemoryEnabled()) {
+            return threads.getTotalThreadAllocatedBytes();
+        }
+        return -1;
     }
 
     /** {@return the process's peak resident set (VmHWM) in bytes, or -1 where /proc is not available} */

@@ -301,6 +301,28 @@ class CliTest {
             tokens.add(Integer.parseInt(warmUps.group(1)));
         }
         assertEquals(List.of(16, 64), tokens, r.out());
+        // A decode step allocates at least the logits it returns: a new float[vocab], 2 KiB on this geometry.
+        String tg = r.out().substring(r.out().indexOf("\"test\": \"tg4\""));
+        assertEquals(512 * 4, number(tg, "returned_bytes_per_token"), tg);
+        assertTrue(number(tg, "heap_bytes_per_token") >= number(tg, "returned_bytes_per_token"), tg);
+    }
+
+    /**
+     * bench counts the heap bytes its timed runs allocate. With the prompt's micro-kernel kept out of the JIT (so
+     * interpreted, where every Vector API vector is an object, as in a compilation that left the calls out of line),
+     * the prompt's run allocates far beyond the logits it returns (more than bench's limit of 64 KiB a layer and
+     * token), and bench says that its speed is not the engine's. (A decode step's lower bound, its logits, is checked
+     * in {@link #benchReportsThroughputAsJson}.)
+     */
+    @Test
+    void benchWarnsWhenTheTimedRunsAllocate() throws Exception {
+        Cli.Result r = Cli.run(java.util.Map.of("JAVA_TOOL_OPTIONS", BOXED_KERNEL), "bench", "--synthetic",
+                "tiny", "--type", "f32", "-p", "16", "-n", "0", "-r", "1", "--verify-tokens", "0", "--json");
+        assertEquals(0, r.exit(), r.toString());
+        String pp = r.out().substring(r.out().indexOf("\"test\": \"pp16\""));
+        assertEquals(512 * 4 / 16.0, number(pp, "returned_bytes_per_token"), pp); // one float[vocab] a prompt
+        assertTrue(number(pp, "heap_bytes_per_token") - number(pp, "returned_bytes_per_token") > 4 * 64 * 1024, pp);
+        assertTrue(pp.contains("\"heap_allocation_warning\": \"the timed runs allocated "), pp);
     }
 
     /**
@@ -374,6 +396,10 @@ class CliTest {
         assertTrue(at >= 0, name + " in " + test);
         return test.substring(at, test.indexOf('}', at));
     }
+
+    /** JVM options that keep the prompt's micro-kernel interpreted, its vectors boxed ({@code quiet}: nothing printed). */
+    static final String BOXED_KERNEL = "-XX:CompileCommand=quiet "
+            + "-XX:CompileCommand=exclude,dev.prefill4j.backend.cpu.VectorOps::kernel6x4";
 
     /** {@return the number after {@code "key": } in a JSON text} */
     private static double number(String json, String key) {

@@ -77,8 +77,34 @@ class VsLlamaScriptTest {
         double median = Arrays.stream(ppRatios).sum() / 2; // the median of two
         assertEquals(median, Double.parseDouble(jq(json, ".summary[] | select(.test == \"pp8\") | .ratio_median")),
                 1e-12 * median);
+        // Every run carries bench's heap count, and every run bench warned of is a round the summary names.
+        assertEquals("6", jq(json, "[.runs[] | select(.heap_bytes_per_token > 0)] | length"), r.toString());
+        assertEquals(jq(json, "[.runs[] | select(.heap_allocation_warning != null)] | length"),
+                jq(json, "[.summary[].rounds_allocating[]] | length"), r.toString());
         assertTrue(r.out().contains("tiny-256-F32.gguf: VERIFIED"), r.out());
         assertTrue(r.out().contains(String.format(java.util.Locale.ROOT, "%.2f", median)), r.out());
+    }
+
+    /**
+     * A round whose timed runs allocated far beyond the logits is named in the summary and in a warning: with the
+     * prompt's micro-kernel kept interpreted (its vectors boxed), bench's {@code heap_allocation_warning} is set for
+     * pp8, and the script carries it into the run, the summary's {@code rounds_allocating} and a line of its output.
+     */
+    @Test
+    void roundsThatAllocateAreNamed() throws Exception {
+        assumeTrue(available("jq", "--version"), "jq is not installed; benchmarks/vs-llama needs it");
+        Cli.cliJar();
+        Path model = Models.require("tiny-256-F32.gguf");
+        Path json = dir.resolve("runs.json");
+        Cli.Result r = Cli.exec(List.of("bash", SCRIPT.toString(), "--llama-bench", standIn().toString(), "-p", "8",
+                "-n", "0", "-t", "1", "-r", "1", "-R", "1", "--json", json.toString(), model.toString()),
+                java.util.Map.of("JAVA_TOOL_OPTIONS", CliTest.BOXED_KERNEL));
+        assertEquals(0, r.exit(), r.toString());
+        assertTrue(jq(json, ".runs[0].heap_allocation_warning").startsWith("the timed runs allocated "), r.toString());
+        assertTrue(Double.parseDouble(jq(json, ".runs[0].heap_bytes_per_token")) > 0, r.toString());
+        assertEquals("1", jq(json, ".summary[0].rounds_allocating | map(tostring) | join(\",\")"), r.toString());
+        assertTrue(r.out().contains("WARNING: tiny-256-F32.gguf pp8: round(s) 1 allocated beyond the logits"),
+                r.out());
     }
 
     /**
