@@ -30,7 +30,8 @@ import picocli.CommandLine.Option;
 
 /**
  * {@code prefill4j bench}: prompt processing (ppN) and generation (tgN) speed in the manner of llama-bench: a
- * warm-up (a tg test's of at least {@link #TG_WARM_UP_TOKENS} steps), then {@code -r} timed repetitions in the same
+ * warm-up (a pp test's of at least {@link #PP_WARM_UP_TOKENS} prompt tokens, a tg test's of at least
+ * {@link #TG_WARM_UP_TOKENS} steps), then {@code -r} timed repetitions in the same
  * session, emptied before each (as llama-bench clears its context's cache), over deterministic random token ids;
  * with the machine's measured FMA peak and read bandwidth, achieved GFLOP/s, bytes per decoded token, peak resident
  * memory, the heap the timed runs allocated, and a verification label from an FP64 reference run of the same
@@ -38,8 +39,9 @@ import picocli.CommandLine.Option;
  */
 @Command(name = "bench", mixinStandardHelpOptions = true, sortOptions = false,
         description = {"Measure prompt processing (ppN: prefill N tokens) and text generation (tgN: N decode steps) "
-                + "in tokens per second, llama-bench style: one warm-up (for tgN at least "
-                + BenchCommand.TG_WARM_UP_TOKENS + " decode steps, so that the JIT has compiled the decode path), then "
+                + "in tokens per second, llama-bench style: a warm-up (for ppN at least " + BenchCommand.PP_WARM_UP_TOKENS
+                + " prompt tokens in passes of N, for tgN at least " + BenchCommand.TG_WARM_UP_TOKENS + " decode steps, "
+                + "so that the JIT has compiled the kernels), then "
                 + "-r repetitions; prints mean, standard deviation and median, achieved GFLOP/s against this "
                 + "machine's measured FP32 FMA peak, bytes read per decoded token against measured read bandwidth, "
                 + "peak resident memory (of loading the model and the pp/tg runs, against the model + KV cache + 15%%; "
@@ -62,14 +64,24 @@ final class BenchCommand implements Callable<Integer> {
     static final int TG_WARM_UP_TOKENS = 64;
 
     /**
+     * Prompt tokens of a pp test's warm-up, at least, in passes of its own length. One pass of a short prompt leaves
+     * the JIT short of compiling the prompt's kernels: on the 1B Q4_0 file ({@code -p 16,64 -n 0 -r 3}, Zen 5 VM,
+     * 2026-12-07, two processes each) pp16 read 59.47 +- 19.02 and 56.41 +- 23.76 tok/s after one 16-token pass,
+     * allocating 1.4 and 2.6 MiB a token (boxed vectors), against 92.65 +- 2.69 and 98.20 +- 3.20 and 38.9 KiB a token
+     * after 16 passes (256 tokens); 512 tokens gave no more (91.07 +- 2.83).
+     */
+    static final int PP_WARM_UP_TOKENS = 256;
+
+    /**
      * Heap bytes a token and layer, beyond the logits handed back, above which a test's timed runs are reported as
      * not the engine's speed. The kernels allocate nothing; the dispatch around them small objects (a worker pool's
      * loop, attention's per-block tasks): 1.8 KiB a prompt token and 49 KiB a decode step beyond the logits on
-     * the 16-layer 1B files (Q4_0 and Q4_K_M, {@code -p 512 -n 16 -r 2}, Zen 5 VM, 2026-12-07), 3 KiB a layer at most.
+     * the 16-layer 1B files (Q4_0 and Q4_K_M, {@code -p 512 -n 16 -r 2}, Zen 5 VM, 2026-12-07), about 3 KiB a layer.
      * A kernel compiled with Vector API calls left out of line boxes every vector it touches: the collapses seen on
      * those files (one process in about twelve) ran 200-1,000 young collections a second of a 1.3 MiB eden, 14-18 MiB
-     * a token, about 1 MiB a layer; before the JIT has compiled the kernels at all, pp16 on the four-layer tiny
-     * synthetic model allocated 1.1 MiB a token, 287 KiB a layer.
+     * a token, about 1 MiB a layer; before the JIT has compiled the kernels at all (one 16-token warm-up pass, before
+     * {@link #PP_WARM_UP_TOKENS}), pp16 on the four-layer tiny synthetic model allocated 1.1 MiB a token, 287 KiB a
+     * layer, and on the 1B Q4_0 file 1.4-2.6 MiB a token.
      */
     static final long ALLOCATION_WARNING_BYTES_PER_LAYER = 64 * 1024;
 
@@ -174,13 +186,14 @@ final class BenchCommand implements Callable<Integer> {
                 int ctx = Math.min(c.contextLength(), Math.max(n + 1, 512));
                 largestKvBytes = Math.max(largestKvBytes, (long) c.layers() * 2 * ctx * base.kvType().rowBytes(c.kvDim()));
                 int warmUp = warmUpTokens(pp, n, ctx);
+                int warmUpPasses = warmUpPasses(pp, n);
                 // One session a test, emptied before each run, as llama-bench clears one context's cache between its
                 // repetitions: the KV pages the warm-up touched are the runs' (a session of its own per run had
                 // each pp512 run zero and fault in 16 MiB of new pages, about 0.8% of an F16 run).
                 try (Session s = e.newSession(model, base.withContextLength(ctx))) {
-                    for (int r = -1; r < reps; r++) {
-                        System.err.printf("\rbench %s: %s %d/%d ", test, r < 0 ? "warm-up" : "run", Math.max(0, r + 1),
-                                reps);
+                    for (int r = -warmUpPasses; r < reps; r++) {
+                        System.err.printf("\rbench %s: %s %d/%d ", test, r < 0 ? "warm-up" : "run",
+                                r < 0 ? warmUpPasses + r + 1 : r + 1, r < 0 ? warmUpPasses : reps);
                         int[] ids = new SplittableRandom(42 + r).ints(r < 0 ? warmUp : n, 3, c.vocab()).toArray();
                         if (r >= 0) {
                             peaks[r] = e.device().measurePeakGflops();
@@ -222,7 +235,8 @@ final class BenchCommand implements Callable<Integer> {
                 row.put("kv_type", base.kvType().name().toLowerCase(Locale.ROOT).replace('_', '-'));
                 row.put("activations", base.activations().name().toLowerCase(Locale.ROOT).replace('_', '-'));
                 row.put("chunk", e.chunkSize(model, base.withContextLength(ctx)));
-                row.put("warm_up_tokens", warmUp);
+                row.put("warm_up_tokens", warmUp * warmUpPasses);
+                row.put("warm_up_passes", warmUpPasses);
                 row.put("test", test);
                 row.put("tokens_per_s_mean", mean);
                 row.put("tokens_per_s_sd", sd);
@@ -611,6 +625,14 @@ final class BenchCommand implements Callable<Integer> {
      */
     static int warmUpTokens(boolean pp, int n, int ctx) {
         return pp ? n : Math.max(n, Math.min(TG_WARM_UP_TOKENS, ctx - 1));
+    }
+
+    /**
+     * Passes of a test's warm-up: a tg test's one; a pp test's as many prompts of its length as make at least
+     * {@link #PP_WARM_UP_TOKENS} tokens, each from an empty session.
+     */
+    static int warmUpPasses(boolean pp, int n) {
+        return pp ? Math.max(1, Math.ceilDiv(PP_WARM_UP_TOKENS, n)) : 1;
     }
 
     private static double median(double[] v) {

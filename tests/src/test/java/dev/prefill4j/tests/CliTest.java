@@ -294,13 +294,15 @@ class CliTest {
             assertTrue(peak >= Double.parseDouble(runs.group(1)), r.out());
         }
         assertEquals(2, found, r.out());
-        // A pp test warms up with its own prompt; a tg test with at least 64 decode steps (the JIT's warm-up).
+        // A pp test warms up with its own prompt, prefilled until at least 256 tokens have gone (16 passes of 16); a tg
+        // test with at least 64 decode steps (the JIT's warm-up).
         var warmUps = java.util.regex.Pattern.compile("\"warm_up_tokens\": ([0-9]+)").matcher(r.out());
         List<Integer> tokens = new java.util.ArrayList<>();
         while (warmUps.find()) {
             tokens.add(Integer.parseInt(warmUps.group(1)));
         }
-        assertEquals(List.of(16, 64), tokens, r.out());
+        assertEquals(List.of(256, 64), tokens, r.out());
+        assertTrue(r.out().contains("\"warm_up_passes\": 16"), r.out());
         // A decode step allocates at least the logits it returns: a new float[vocab], 2 KiB on this geometry.
         String tg = r.out().substring(r.out().indexOf("\"test\": \"tg4\""));
         assertEquals(512 * 4, number(tg, "returned_bytes_per_token"), tg);
