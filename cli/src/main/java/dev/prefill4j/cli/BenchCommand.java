@@ -124,8 +124,9 @@ final class BenchCommand implements Callable<Integer> {
     @Option(names = "--profile", description = "Also time every operation of the pp and tg tests' timed runs (each "
             + "weight matrix by tensor name, attention, norms, RoPE, KV append, ...) and print, per test, the "
             + "milliseconds per token each takes, its share of the run and, for weight matrices, the GB/s of weights it "
-            + "reads (tg) or the GFLOP/s it computes (pp). Adds about 50 ns per operation: nothing for a 1B model, a "
-            + "visible share for a tiny one.")
+            + "reads (tg) or the GFLOP/s it computes (pp), and the heap it allocates a token on the session's thread "
+            + "(megabytes mark a kernel running in code that boxes its vectors). Adds about 100 ns per operation: "
+            + "nothing for a 1B model, a visible share for a tiny one.")
     boolean profile;
 
     @Option(names = "--json", description = "Print JSON.")
@@ -181,7 +182,7 @@ final class BenchCommand implements Callable<Integer> {
                 double[] peaks = new double[reps];
                 // Heap bytes every thread allocated during each timed run (-1: not counted by this JVM).
                 long[] heap = new long[reps];
-                OpProfile ops = profile ? new OpProfile() : null;
+                OpProfile ops = profile ? new OpProfile(currentThreadAllocatedBytes()) : null;
                 long timedNanos = 0;
                 int ctx = Math.min(c.contextLength(), Math.max(n + 1, 512));
                 largestKvBytes = Math.max(largestKvBytes, (long) c.layers() * 2 * ctx * base.kvType().rowBytes(c.kvDim()));
@@ -356,8 +357,9 @@ final class BenchCommand implements Callable<Integer> {
                         int tokens = Integer.parseInt(row.get("test").toString().substring(2));
                         System.out.printf(Locale.ROOT, "  %s by operation (%.1f%% of the timed runs' time):%n",
                                 row.get("test"), 100 * (double) row.get("profiled_share"));
-                        System.out.printf("    %-24s %12s %8s %9s %14s%n", "operation", "ms/token", "share",
-                                prefill ? "calls/run" : "calls/tok", prefill ? "GFLOP/s" : "weights read");
+                        System.out.printf("    %-24s %12s %8s %9s %14s %12s%n", "operation", "ms/token", "share",
+                                prefill ? "calls/run" : "calls/tok", prefill ? "GFLOP/s" : "weights read",
+                                "heap/token*");
                         for (Object o : list) {
                             Map<?, ?> op = (Map<?, ?>) o;
                             String rate = prefill && op.containsKey("gflops")
@@ -365,9 +367,15 @@ final class BenchCommand implements Callable<Integer> {
                                     : !prefill && op.containsKey("weight_read_gb_s")
                                     ? String.format(Locale.ROOT, "%.1f GB/s", (double) op.get("weight_read_gb_s")) : "";
                             double calls = (double) op.get("calls_per_token") * (prefill ? tokens : 1);
-                            System.out.printf(Locale.ROOT, "    %-24s %12.4f %7.1f%% %9.1f %14s%n", op.get("operation"),
-                                    (double) op.get("ms_per_token"), 100 * (double) op.get("share"), calls, rate);
+                            String heap = op.get("session_thread_heap_bytes_per_token") instanceof Double b
+                                    ? bytes(b) : "";
+                            System.out.printf(Locale.ROOT, "    %-24s %12.4f %7.1f%% %9.1f %14s %12s%n",
+                                    op.get("operation"), (double) op.get("ms_per_token"),
+                                    100 * (double) op.get("share"), calls, rate, heap);
                         }
+                        System.out.println("    * heap allocated on the session's thread only (the device's other "
+                                + "threads run their share of each step unseen); megabytes a token mark a kernel "
+                                + "running in code that boxes its vectors");
                     }
                     if (row.containsKey("kv_read_gb_s")) {
                         System.out.printf(Locale.ROOT, "  %s (synthetic KV, %s store, %s, pages of %d): %.2f verified tokens/s "
@@ -461,6 +469,9 @@ final class BenchCommand implements Callable<Integer> {
             if (op.flops() > 0) {
                 m.put("flops_per_token", (double) op.flops() / tokens);
                 m.put("gflops", (double) op.flops() / op.nanos());
+            }
+            if (op.heapBytes() >= 0) {
+                m.put("session_thread_heap_bytes_per_token", (double) op.heapBytes() / tokens);
             }
             list.add(m);
         });
@@ -689,6 +700,15 @@ final class BenchCommand implements Callable<Integer> {
         return n < 1 << 20 ? String.format(Locale.ROOT, "%.1f KiB", n / 1024)
                 : n < 1 << 30 ? String.format(Locale.ROOT, "%.1f MiB", n / (1 << 20))
                 : String.format(Locale.ROOT, "%.1f GiB", n / (1 << 30));
+    }
+
+    /** {@return a counter of the calling thread's allocated heap bytes, or {@code null} where the JVM has none} */
+    static java.util.function.LongSupplier currentThreadAllocatedBytes() {
+        if (ManagementFactory.getThreadMXBean() instanceof com.sun.management.ThreadMXBean threads
+                && threads.isThreadAllocatedMemorySupported() && threads.isThreadAllocatedMemoryEnabled()) {
+            return threads::getCurrentThreadAllocatedBytes;
+        }
+        return null;
     }
 
     /**

@@ -6,6 +6,7 @@ import java.util.HashMap;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
+import java.util.function.LongSupplier;
 
 /**
  * Where a session's time goes, operation by operation: a {@link Session} given one ({@link Session#profile}) adds the
@@ -24,8 +25,14 @@ import java.util.Map;
  * so the times add up to the step's time (less the session's own bookkeeping). Two {@link System#nanoTime} calls a
  * step cost about 50 ns (25-26 ns a call on the Zen 5 VM the project is measured on): nothing against a 1B model's
  * decode step (about 200 steps in tens of milliseconds), but a noticeable share of a tiny model's. Matrix products
- * also count their FLOPs (two per multiply-add: prefill is compute-bound, decode bound by the weights' stream). Not
- * thread-safe, like the session that fills it.
+ * also count their FLOPs (two per multiply-add: prefill is compute-bound, decode bound by the weights' stream).
+ *
+ * <p>Made with a counter of the calling thread's allocated heap bytes ({@link #OpProfile(LongSupplier)}), it also
+ * counts what each step allocates on the session's thread: a kernel that the JIT compiled with Vector API calls left
+ * out of line boxes its vectors and allocates megabytes a token, and its step is the one that shows it. The device's
+ * other threads run their share of the same tasks unseen, so with two threads a step's count is about half of what it
+ * allocates in all. The counter's two reads a step add about 40 ns (about 21 ns a read of {@code
+ * getCurrentThreadAllocatedBytes} on the Zen 5 VM, 2026-12-07). Not thread-safe, like the session that fills it.
  *
  * @since 1.1
  */
@@ -39,26 +46,53 @@ public final class OpProfile {
      * @param nanos       wall-clock nanoseconds spent in it
      * @param weightBytes bytes of weights it read (0 for steps that read no weights)
      * @param flops       floating-point operations of its matrix products, two per multiply-add (0 for other steps)
+     * @param heapBytes   heap bytes the session's thread allocated in it, or -1 where the profile has no counter
      */
-    public record Entry(String operation, long calls, long nanos, long weightBytes, long flops) {
+    public record Entry(String operation, long calls, long nanos, long weightBytes, long flops, long heapBytes) {
     }
 
-    /** Per operation: calls, nanoseconds, weight bytes, FLOPs; in the order first seen. */
+    /** Per operation: calls, nanoseconds, weight bytes, FLOPs, heap bytes; in the order first seen. */
     private final Map<String, long[]> totals = new LinkedHashMap<>();
     /** Tensor name -> operation, so that a step does not build a string. */
     private final Map<String, String> operations = new HashMap<>();
+    /** The session thread's allocated heap bytes so far; {@code null} when not counted. */
+    private final LongSupplier allocatedBytes;
+    /** {@link #allocatedBytes} when the step being timed began ({@link #start}). */
+    private long allocatedAtStart;
 
-    /** Creates an empty profile. */
+    /** Creates an empty profile that counts time, weight bytes and FLOPs. */
     public OpProfile() {
+        this(null);
     }
 
-    /** Adds one run of a step. */
+    /**
+     * Creates an empty profile that also counts each step's heap allocation on the session's thread.
+     *
+     * @param allocatedBytes the calling thread's allocated heap bytes so far, read as each step begins and ends, such
+     *                       as {@code com.sun.management.ThreadMXBean::getCurrentThreadAllocatedBytes}; {@code null}
+     *                       counts none
+     * @since 1.11
+     */
+    public OpProfile(LongSupplier allocatedBytes) {
+        this.allocatedBytes = allocatedBytes;
+    }
+
+    /** Marks the start of a step: its allocation is counted from here. */
+    void start() {
+        if (allocatedBytes != null) {
+            allocatedAtStart = allocatedBytes.getAsLong();
+        }
+    }
+
+    /** Adds one run of a step, begun at the last {@link #start}. */
     void add(String operation, long nanos, long weightBytes, long flops) {
-        long[] t = totals.computeIfAbsent(operation, o -> new long[4]);
+        long heap = allocatedBytes == null ? 0 : allocatedBytes.getAsLong() - allocatedAtStart;
+        long[] t = totals.computeIfAbsent(operation, o -> new long[5]);
         t[0]++;
         t[1] += nanos;
         t[2] += weightBytes;
         t[3] += flops;
+        t[4] += heap;
     }
 
     /** {@return the operation a product with tensor {@code name} counts under: the name without "blk.N."} */
@@ -79,7 +113,7 @@ public final class OpProfile {
     /** {@return the totals so far, one entry per operation in the order first run} */
     public List<Entry> entries() {
         List<Entry> list = new ArrayList<>(totals.size());
-        totals.forEach((op, t) -> list.add(new Entry(op, t[0], t[1], t[2], t[3])));
+        totals.forEach((op, t) -> list.add(new Entry(op, t[0], t[1], t[2], t[3], allocatedBytes == null ? -1 : t[4])));
         return list;
     }
 

@@ -146,7 +146,11 @@ public final class Session implements AutoCloseable {
 
     /** {@return now, if profiling ({@link #profile}); 0 otherwise} */
     private long tick() {
-        return profile == null ? 0 : System.nanoTime();
+        if (profile == null) {
+            return 0;
+        }
+        profile.start();
+        return System.nanoTime();
     }
 
     /** Adds the time since {@code t0} ({@link #tick}) to {@code operation}, a step that reads no weights. */

@@ -313,18 +313,35 @@ class CliTest {
      * bench counts the heap bytes its timed runs allocate. With the prompt's micro-kernel kept out of the JIT (so
      * interpreted, where every Vector API vector is an object, as in a compilation that left the calls out of line),
      * the prompt's run allocates far beyond the logits it returns (more than bench's limit of 64 KiB a layer and
-     * token), and bench says that its speed is not the engine's. (A decode step's lower bound, its logits, is checked
-     * in {@link #benchReportsThroughputAsJson}.)
+     * token), and bench says that its speed is not the engine's. With {@code --profile} the steps that run that
+     * kernel (the prompt's four products) are the ones that allocate: more than 256 KiB a token each on the session's
+     * thread, and together more than 90% of what its steps allocate. (A decode step's lower bound, its logits, is
+     * checked in {@link #benchReportsThroughputAsJson}.)
      */
     @Test
     void benchWarnsWhenTheTimedRunsAllocate() throws Exception {
         Cli.Result r = Cli.run(java.util.Map.of("JAVA_TOOL_OPTIONS", BOXED_KERNEL), "bench", "--synthetic",
-                "tiny", "--type", "f32", "-p", "16", "-n", "0", "-r", "1", "--verify-tokens", "0", "--json");
+                "tiny", "--type", "f32", "-p", "16", "-n", "0", "-r", "1", "--verify-tokens", "0", "--profile",
+                "--json");
         assertEquals(0, r.exit(), r.toString());
         String pp = r.out().substring(r.out().indexOf("\"test\": \"pp16\""));
         assertEquals(512 * 4 / 16.0, number(pp, "returned_bytes_per_token"), pp); // one float[vocab] a prompt
         assertTrue(number(pp, "heap_bytes_per_token") - number(pp, "returned_bytes_per_token") > 4 * 64 * 1024, pp);
         assertTrue(pp.contains("\"heap_allocation_warning\": \"the timed runs allocated "), pp);
+        var ops = java.util.regex.Pattern.compile("\"operation\": \"([^\"]+)\"[^}]*?\"session_thread_heap_bytes_per_token\": "
+                + "([0-9.eE+-]+)").matcher(pp);
+        java.util.Map<String, Double> heap = new java.util.HashMap<>();
+        while (ops.find()) {
+            heap.put(ops.group(1), Double.parseDouble(ops.group(2)));
+        }
+        List<String> products = List.of("attn_q+attn_k+attn_v", "attn_output.weight", "ffn_gate+up", "ffn_down.weight");
+        double all = heap.values().stream().mapToDouble(Double::doubleValue).sum();
+        double ofProducts = 0;
+        for (String p : products) {
+            assertTrue(heap.containsKey(p) && heap.get(p) > 256 * 1024, p + ": " + heap);
+            ofProducts += heap.get(p);
+        }
+        assertTrue(ofProducts > 0.9 * all, heap.toString());
     }
 
     /**
