@@ -78,8 +78,8 @@ final class BenchCommand implements Callable<Integer> {
      * loop, attention's per-block tasks): 1.8 KiB a prompt token and 49 KiB a decode step beyond the logits on
      * the 16-layer 1B files (Q4_0 and Q4_K_M, {@code -p 512 -n 16 -r 2}, Zen 5 VM, 2026-12-07), about 3 KiB a layer.
      * A kernel compiled with Vector API calls left out of line boxes every vector it touches: the collapses seen on
-     * those files (one process in about twelve) ran 200-1,000 young collections a second of a 1.3 MiB eden, 14-18 MiB
-     * a token, about 1 MiB a layer; before the JIT has compiled the kernels at all (one 16-token warm-up pass, before
+     * those files (one process in twelve to twenty) ran 200-1,000 young collections a second of a 1.3 MiB eden, 14-20
+     * MiB a token, about 1 MiB a layer; before the JIT has compiled the kernels at all (one 16-token warm-up pass, before
      * {@link #PP_WARM_UP_TOKENS}), pp16 on the four-layer tiny synthetic model allocated 1.1 MiB a token, 287 KiB a
      * layer, and on the 1B Q4_0 file 1.4-2.6 MiB a token.
      */

@@ -144,7 +144,7 @@ public final class Session implements AutoCloseable {
         this.profile = profile;
     }
 
-    /** {@return now, if profiling ({@link #profile}); 0 otherwise} */
+    /** {@return now, if profiling ({@link #profile}), with the step's start marked in the profile; 0 otherwise} */
     private long tick() {
         if (profile == null) {
             return 0;
