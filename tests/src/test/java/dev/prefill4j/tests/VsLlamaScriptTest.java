@@ -50,15 +50,28 @@ class VsLlamaScriptTest {
         return r.out().strip();
     }
 
-    @Test
-    void ratiosAreOursOverTheirsAndTheSummaryTakesTheMedian() throws Exception {
+    /**
+     * Runs the script with the stand-in on the tiny F32 model, {@code options} first, its runs kept in {@code json};
+     * asserts that it succeeded.
+     */
+    private Cli.Result runOnTinyModel(java.util.Map<String, String> env, Path json, String... options) throws Exception {
         assumeTrue(available("jq", "--version"), "jq is not installed; benchmarks/vs-llama needs it");
         Cli.cliJar();
         Path model = Models.require("tiny-256-F32.gguf");
-        Path json = dir.resolve("runs.json");
-        Cli.Result r = Cli.exec(List.of("bash", SCRIPT.toString(), "--llama-bench", standIn().toString(), "-p", "8,16",
-                "-n", "4", "-t", "1", "-r", "1", "-R", "2", "--json", json.toString(), model.toString()));
+        List<String> cmd = new java.util.ArrayList<>(List.of("bash", SCRIPT.toString(), "--llama-bench",
+                standIn().toString()));
+        cmd.addAll(List.of(options));
+        cmd.addAll(List.of("--json", json.toString(), model.toString()));
+        Cli.Result r = Cli.exec(cmd, env);
         assertEquals(0, r.exit(), r.toString());
+        return r;
+    }
+
+    @Test
+    void ratiosAreOursOverTheirsAndTheSummaryTakesTheMedian() throws Exception {
+        Path json = dir.resolve("runs.json");
+        Cli.Result r = runOnTinyModel(java.util.Map.of(), json, "-p", "8,16", "-n", "4", "-t", "1", "-r", "1", "-R",
+                "2");
         String[] runs = jq(json, ".runs[] | [.round, .test, .llama_cpp, .prefill4j, .ratio] | @tsv").split("\n");
         assertEquals(6, runs.length, r.toString()); // 2 rounds x (pp8, pp16, tg4)
         double[] ppRatios = new double[2];
@@ -92,14 +105,9 @@ class VsLlamaScriptTest {
      */
     @Test
     void roundsThatAllocateAreNamed() throws Exception {
-        assumeTrue(available("jq", "--version"), "jq is not installed; benchmarks/vs-llama needs it");
-        Cli.cliJar();
-        Path model = Models.require("tiny-256-F32.gguf");
         Path json = dir.resolve("runs.json");
-        Cli.Result r = Cli.exec(List.of("bash", SCRIPT.toString(), "--llama-bench", standIn().toString(), "-p", "8",
-                "-n", "0", "-t", "1", "-r", "1", "-R", "1", "--json", json.toString(), model.toString()),
-                java.util.Map.of("JAVA_TOOL_OPTIONS", CliTest.BOXED_KERNEL));
-        assertEquals(0, r.exit(), r.toString());
+        Cli.Result r = runOnTinyModel(java.util.Map.of("JAVA_TOOL_OPTIONS", CliTest.BOXED_KERNEL), json, "-p", "8",
+                "-n", "0", "-t", "1", "-r", "1", "-R", "1");
         assertTrue(jq(json, ".runs[0].heap_allocation_warning").startsWith("the timed runs allocated "), r.toString());
         assertTrue(Double.parseDouble(jq(json, ".runs[0].heap_bytes_per_token")) > 0, r.toString());
         assertEquals("1", jq(json, ".summary[0].rounds_allocating | map(tostring) | join(\",\")"), r.toString());
