@@ -704,11 +704,8 @@ final class BenchCommand implements Callable<Integer> {
 
     /** {@return a counter of the calling thread's allocated heap bytes, or {@code null} where the JVM has none} */
     static java.util.function.LongSupplier currentThreadAllocatedBytes() {
-        if (ManagementFactory.getThreadMXBean() instanceof com.sun.management.ThreadMXBean threads
-                && threads.isThreadAllocatedMemorySupported() && threads.isThreadAllocatedMemoryEnabled()) {
-            return threads::getCurrentThreadAllocatedBytes;
-        }
-        return null;
+        com.sun.management.ThreadMXBean threads = allocationCounters();
+        return threads == null ? null : threads::getCurrentThreadAllocatedBytes;
     }
 
     /**
@@ -716,11 +713,15 @@ final class BenchCommand implements Callable<Integer> {
      * Includes threads that have ended, so the engine's worker threads are counted whatever their lifetime.
      */
     static long heapAllocatedBytes() {
-        if (ManagementFactory.getThreadMXBean() instanceof com.sun.management.ThreadMXBean threads
-                && threads.isThreadAllocatedMemorySupported() && threads.isThreadAllocatedMemoryEnabled()) {
-            return threads.getTotalThreadAllocatedBytes();
-        }
-        return -1;
+        com.sun.management.ThreadMXBean threads = allocationCounters();
+        return threads == null ? -1 : threads.getTotalThreadAllocatedBytes();
+    }
+
+    /** {@return the JVM's thread bean where it counts the heap bytes threads allocate, or {@code null}} */
+    private static com.sun.management.ThreadMXBean allocationCounters() {
+        return ManagementFactory.getThreadMXBean() instanceof com.sun.management.ThreadMXBean threads
+                && threads.isThreadAllocatedMemorySupported() && threads.isThreadAllocatedMemoryEnabled()
+                ? threads : null;
     }
 
     /** {@return the process's peak resident set (VmHWM) in bytes, or -1 where /proc is not available} */
