@@ -63,7 +63,9 @@ class PackedPromptTest {
             Mapped down = ffnToo ? mapped(arena, q, "down", gaussian(random, DIM * FFN), DIM, FFN) : null;
             try (Arena probe = Arena.ofShared()) {
                 assumeTrue(q.packForDecode(w.file(), probe).isPresent(), "NOT VERIFIED here: " + id + " packs"
-                        + " nothing on this machine (no 512-bit vectors), so its products read the file");
+                        + " nothing on this machine (no 512-bit vectors; for the K-quants also a machine that reads"
+                        + " several weight streams a thread, such as an Intel processor: Blocks.PAIRED_GROUPS), so its"
+                        + " products read the file");
             }
             float[] x = gaussian(random, 13 * k);
             float[] h = gaussian(random, 13 * DIM);

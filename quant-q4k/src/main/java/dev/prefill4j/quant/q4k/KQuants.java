@@ -36,6 +36,20 @@ final class KQuants {
     static final VectorSpecies<Short> SHORTS =
             FloatVector.SPECIES_PREFERRED.vectorBitSize() >= 256 ? ShortVector.SPECIES_256 : null;
     static final VectorSpecies<Byte> BYTES_128 = ByteVector.SPECIES_128;
+    /**
+     * Whether Q4_K and Q6_K offer packed copies for decode steps ({@link Q4KQuantizer#packForDecode}, {@link
+     * Q6KQuantizer#packForDecode}): where a thread reads one stream of weights fastest ({@link Blocks#PAIRED_GROUPS},
+     * which {@code -Ddev.prefill4j.oneRowMaxCount} sets), as on the Zen 5 VM they were measured faster on. On the
+     * Intel Xeon VM (2026-12-07; 2 vCPUs, AVX-512, family 6 model 167 as its hypervisor reports it) both copies made
+     * decode slower: {@code bench -m 1b-q4_k_m.gguf -p 16 -n 32 -r 2 --verify-tokens 0 --profile}, three alternating
+     * pairs, tg32 14.26, 14.39, 14.19 tok/s with them against 16.73, 17.21, 17.17 with the file's layout ({@code
+     * -Ddev.prefill4j.cpu.packedDecode=false}; {@code ffn_gate+up} 10.8-11.0 against 12.6-13.4 GB/s, {@code ffn_down}
+     * 10.7-10.9 against 15.2-15.8); with only Q6_K's copy 15.81 and 15.01, with only Q4_K's 14.14 and 14.02, with
+     * neither 16.91 and 16.83 (two rounds); with the copies' pairs interleaved as on Zen 5, 13.78 and 13.96 against
+     * 17.04 and 16.76. Prompts gained nothing from them there ({@code -p 512 -n 32 -r 2}, two alternating pairs: pp512
+     * 155.31 and 177.74 tok/s with, 166.87 and 167.75 without).
+     */
+    static final boolean PACK_FOR_DECODE = Blocks.PAIRED_GROUPS;
 
     /** Per-thread buffer of one decoded super-block for {@link #dot}. */
     private static final ThreadLocal<float[]> DECODED = ThreadLocal.withInitial(() -> new float[256]);

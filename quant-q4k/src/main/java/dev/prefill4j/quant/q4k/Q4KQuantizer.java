@@ -69,16 +69,17 @@ public final class Q4KQuantizer implements Quantizer {
     }
 
     /**
-     * With 16 float lanes, a copy with 16 rows side by side ({@link Q4KColumns}): its decode products broadcast each
-     * activation once for 32 rows where the file's layout loads a vector of prepared activations per 16 weights of one
-     * row. The same bytes as the file's super-blocks, laid out again.
+     * With 16 float lanes, on machines where a thread reads one stream of weights fastest ({@link
+     * KQuants#PACK_FOR_DECODE}), a copy with 16 rows side by side ({@link Q4KColumns}): its decode products broadcast
+     * each activation once for 32 rows where the file's layout loads a vector of prepared activations per 16 weights
+     * of one row. The same bytes as the file's super-blocks, laid out again.
      */
     @Override
     public Optional<PackedMatrix> packForDecode(WeightMatrix w, Arena arena) {
         if (!w.format().id().equals(id())) {
             throw new IllegalArgumentException(w.name() + " is " + w.format().id() + ", not " + id());
         }
-        return Q4KColumns.pack(w, arena, Blocks.PAIRED_GROUPS);
+        return KQuants.PACK_FOR_DECODE ? Q4KColumns.pack(w, arena, Blocks.PAIRED_GROUPS) : Optional.empty();
     }
 
     /**

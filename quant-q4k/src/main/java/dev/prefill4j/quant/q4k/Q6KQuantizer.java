@@ -79,8 +79,9 @@ public final class Q6KQuantizer implements Quantizer {
     static final int LONG_ROW = 4096;
 
     /**
-     * With 16 float lanes and rows longer than {@value #LONG_ROW} elements (a Llama FFN's down projection), a copy with
-     * 16 rows side by side ({@link Q6KColumns}): its decode products broadcast each activation once for 32 rows where
+     * With 16 float lanes and rows longer than {@value #LONG_ROW} elements (a Llama FFN's down projection), on machines
+     * where a thread reads one stream of weights fastest ({@link KQuants#PACK_FOR_DECODE}), a copy with 16 rows side by
+     * side ({@link Q6KColumns}): its decode products broadcast each activation once for 32 rows where
      * the file's layout loads a vector of prepared activations per 16 weights of one row, 40 KiB of them over a row of
      * 8,192, which do not stay in L1 with the weights streaming past. The same bytes as the file's super-blocks, laid
      * out again. Shorter rows stay in the file: over 2,048-element rows the two layouts read at the same rate (24.8
@@ -94,7 +95,8 @@ public final class Q6KQuantizer implements Quantizer {
         if (!w.format().id().equals(id())) {
             throw new IllegalArgumentException(w.name() + " is " + w.format().id() + ", not " + id());
         }
-        return w.cols() > LONG_ROW ? Q6KColumns.pack(w, arena, Blocks.PAIRED_GROUPS) : Optional.empty();
+        return KQuants.PACK_FOR_DECODE && w.cols() > LONG_ROW ? Q6KColumns.pack(w, arena, Blocks.PAIRED_GROUPS)
+                : Optional.empty();
     }
 
     /**
