@@ -43,10 +43,10 @@ import jdk.incubator.vector.VectorOperators;
  *
  * <p>A matrix with an infinite or NaN {@code d} or {@code dmin} is not packed (they are converted in int lanes by a
  * shift and a multiply that keep every finite fp16, subnormals included, and not those); its products read the file as
- * before. NOT VERIFIED on CPUs without 16 float lanes: nothing is packed there. Its speed was measured on an AMD Zen 5
- * VM only, with pairs as units; where groups stay alone (Intel processors, {@link Blocks#PAIRED_GROUPS} false) a step
- * reads two streams, without the loads ahead Q4_0's copy makes there: NOT VERIFIED for speed there (its products are
- * checked in both layouts).
+ * before. NOT VERIFIED on CPUs without 16 float lanes: nothing is packed there. Its speed was measured faster on an
+ * AMD Zen 5 VM, with pairs as units; on an Intel Xeon VM it was slower than the file's layout in both layouts, so the
+ * format makes no copy where groups stay alone ({@link KQuants#PACK_FOR_DECODE}); the unpaired layout is kept for the
+ * tests, which check the products in both.
  */
 final class Q4KColumns extends KColumns {
     /** Bytes of one super-block of one group: what the 16 rows' super-blocks take in the file. */

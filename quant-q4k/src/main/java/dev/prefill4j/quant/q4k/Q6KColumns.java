@@ -41,7 +41,8 @@ import jdk.incubator.vector.VectorOperators;
  * times, so that the kernel's products run in eight independent chains. The layout is this project's own.
  *
  * <p>A matrix with an infinite or NaN {@code d} is not packed (its products read the file as before). NOT VERIFIED on
- * CPUs without 16 float lanes: nothing is packed there.
+ * CPUs without 16 float lanes: nothing is packed there. Nor where groups stay alone ({@link KQuants#PACK_FOR_DECODE}:
+ * slower than the file's layout on an Intel Xeon VM); the unpaired layout is kept for the tests.
  */
 final class Q6KColumns extends KColumns {
     /** Bytes of one super-block of one group: what the 16 rows' super-blocks take in the file. */
