@@ -10,10 +10,12 @@ import java.util.Arrays;
 import java.util.Optional;
 
 /**
- * What the K-quants' copies with 16 rows side by side share ({@link Q4KColumns}, {@link Q6KColumns}): the units of
- * one group of 16 rows, or of a pair of groups where {@link Blocks#PAIRED_GROUPS}, super-block after super-block
- * ({@link Blocks#groupBlockOffset}), and packing them from the file's rows in parallel. Each format lays out a unit's
- * super-block ({@link #packBlock}) in the order its kernel reads it.
+ * What the K-quants' copies with 16 rows side by side share ({@link Q4KColumns}, {@link Q6KColumns}): units of a pair
+ * of groups of 16 rows (a last group without a pair alone), super-block after super-block ({@link
+ * Blocks#groupBlockOffset} with pairs), and packing them from the file's rows in parallel. Each format lays out a
+ * unit's super-block ({@link #packBlock}) in the order its kernel reads it. The copies are made only where a thread
+ * reads one stream of weights fastest ({@link KQuants#PACK_FOR_DECODE}), so pairs are their only layout: a unit's
+ * two groups are one stream.
  *
  * <p>These copies give back every weight ({@link dev.prefill4j.api.spi.Quantizer#packedCopyDecodes}), so they take
  * the place of a file's matrix in memory: where the source is a read-only mapping, its rows are let go from memory
@@ -39,27 +41,24 @@ abstract sealed class KColumns extends FloatPackedMatrix permits Q4KColumns, Q6K
 
     private final int blocks;
     private final int groups;
-    private final boolean paired;
     private final int groupBlockBytes;
 
     /**
      * @param source          the matrix
      * @param copy            the copy's bytes: {@code groupBlockBytes} a super-block of each group
-     * @param paired          whether pairs of groups make the units
      * @param groupBlockBytes bytes of one super-block of one group
      */
-    KColumns(WeightMatrix source, MemorySegment copy, boolean paired, int groupBlockBytes) {
+    KColumns(WeightMatrix source, MemorySegment copy, int groupBlockBytes) {
         super(source, copy, GROUP);
         this.blocks = source.cols() / source.format().blockSize();
         this.groups = source.rows() / GROUP;
-        this.paired = paired;
         this.groupBlockBytes = groupBlockBytes;
     }
 
     /** A format's copy made over its bytes, not yet packed. */
     @FunctionalInterface
     interface Layout {
-        KColumns over(WeightMatrix source, MemorySegment copy, boolean paired);
+        KColumns over(WeightMatrix source, MemorySegment copy);
     }
 
     /**
@@ -67,13 +66,12 @@ abstract sealed class KColumns extends FloatPackedMatrix permits Q4KColumns, Q6K
      * empty where it cannot be}: without 16 float lanes, with rows not a multiple of {@value #GROUP}, or with a
      * super-block {@link #packBlock} refuses
      */
-    static Optional<PackedMatrix> pack(WeightMatrix w, Arena arena, boolean paired, int groupBlockBytes,
-                                       Layout layout) {
+    static Optional<PackedMatrix> pack(WeightMatrix w, Arena arena, int groupBlockBytes, Layout layout) {
         if (KQuants.FLOATS.length() != GROUP || w.rows() % GROUP != 0) {
             return Optional.empty();
         }
         long bytes = (long) w.rows() / GROUP * (w.cols() / w.format().blockSize()) * groupBlockBytes;
-        KColumns p = layout.over(w, arena.allocate(bytes, 64), paired);
+        KColumns p = layout.over(w, arena.allocate(bytes, 64));
         return p.packUnits() ? Optional.of(p) : Optional.empty();
     }
 
@@ -84,7 +82,7 @@ abstract sealed class KColumns extends FloatPackedMatrix permits Q4KColumns, Q6K
 
     /** {@return how many groups the unit of group {@code g} holds: two where it is one of a pair, else one} */
     final int unitGroups(int g) {
-        return paired && (g | 1) < groups ? 2 : 1;
+        return (g | 1) < groups ? 2 : 1;
     }
 
     /** {@return group {@code g}'s place in its unit: 0, or 1 for the second of a pair} */
@@ -94,13 +92,13 @@ abstract sealed class KColumns extends FloatPackedMatrix permits Q4KColumns, Q6K
 
     /** {@return where the first super-block of the unit of group {@code g} starts} */
     final long unitStart(int g) {
-        return Blocks.groupBlockOffset(g, 0, blocks, groups, paired, groupBlockBytes)
+        return Blocks.groupBlockOffset(g, 0, blocks, groups, true, groupBlockBytes)
                 - (long) placeInUnit(g) * groupBlockBytes;
     }
 
     /** {@return the bytes from one super-block of the unit of group {@code g} to its next} */
     final long unitStride(int g) {
-        return Blocks.groupBlockStride(g, groups, paired, groupBlockBytes);
+        return Blocks.groupBlockStride(g, groups, true, groupBlockBytes);
     }
 
     /**
@@ -118,19 +116,19 @@ abstract sealed class KColumns extends FloatPackedMatrix permits Q4KColumns, Q6K
      * @return false if a super-block could not be packed ({@link #packBlock})
      */
     final boolean packUnits() {
-        int units = paired ? (groups + 1) / 2 : groups;
-        long unitBytes = (paired ? 2L : 1L) * GROUP * source().rowBytes();
+        int units = (groups + 1) / 2;
+        long unitBytes = 2L * GROUP * source().rowBytes();
         int run = (int) Math.max(1, RELEASE_BYTES / unitBytes);
         MemorySegment data = source().data();
         boolean release = data.isMapped() && data.isReadOnly();
         for (int from = 0; from < units; from += run) {
             int first = from;
             int count = Math.min(run, units - from);
-            if (!Blocks.packGroups(count, k -> packUnit(paired ? 2 * (first + k) : first + k))) {
+            if (!Blocks.packGroups(count, k -> packUnit(2 * (first + k)))) {
                 return false;
             }
             if (release) {
-                long start = GROUP * (paired ? 2L * first : first) * source().rowBytes();
+                long start = GROUP * 2L * first * source().rowBytes();
                 long end = Math.min(data.byteSize(), start + count * unitBytes);
                 data.asSlice(start, end - start).unload();
             }

@@ -26,9 +26,8 @@ import jdk.incubator.vector.VectorOperators;
  * * scale} and the minimum terms come from the 16 rows' {@code min} times the sub-block's sum of activations. The
  * layout is this project's own, the same idea as Q4_0's copy ({@code Q4_0Columns} in the q4_0 module).
  *
- * <p>Layout: the rows' super-blocks in units of one group of 16 rows, or of two where the machine reads one stream a
- * thread fastest ({@link Blocks#PAIRED_GROUPS}; then each pair of groups is a unit, and a last group without a pair
- * one alone), unit after unit and, within a unit, super-block after super-block ({@link Blocks#groupBlockOffset} gives
+ * <p>Layout: the rows' super-blocks in units of a pair of groups of 16 rows (a last group without a pair alone),
+ * unit after unit and, within a unit, super-block after super-block ({@link Blocks#groupBlockOffset} gives
  * where each starts). A unit's super-block of {@code U} groups takes {@code U} times {@value #GROUP_BLOCK_BYTES} bytes,
  * as its rows' super-blocks take in the file, in the order the kernel reads them: the groups' fp16 {@code d} (16 a
  * group, group after group), their fp16 {@code dmin}, one little-endian int a row with the two high bits of the scale
@@ -44,9 +43,8 @@ import jdk.incubator.vector.VectorOperators;
  * <p>A matrix with an infinite or NaN {@code d} or {@code dmin} is not packed (they are converted in int lanes by a
  * shift and a multiply that keep every finite fp16, subnormals included, and not those); its products read the file as
  * before. NOT VERIFIED on CPUs without 16 float lanes: nothing is packed there. Its speed was measured faster on an
- * AMD Zen 5 VM, with pairs as units; on an Intel Xeon VM it was slower than the file's layout in both layouts, so the
- * format makes no copy where groups stay alone ({@link KQuants#PACK_FOR_DECODE}); the unpaired layout is kept for the
- * tests, which check the products in both.
+ * AMD Zen 5 VM, with pairs as units; on an Intel Xeon VM it was slower than the file's layout with or without
+ * pairs, so the format makes no copy where a thread reads several streams fastest ({@link KQuants#PACK_FOR_DECODE}).
  */
 final class Q4KColumns extends KColumns {
     /** Bytes of one super-block of one group: what the 16 rows' super-blocks take in the file. */
@@ -58,17 +56,16 @@ final class Q4KColumns extends KColumns {
     private static final IntVector LEVELS = IntVector.fromArray(IntVector.SPECIES_512,
             IntStream.range(0, 16).map(q -> Float.floatToRawIntBits(q)).toArray(), 0);
 
-    private Q4KColumns(WeightMatrix source, MemorySegment packed, boolean paired) {
-        super(source, packed, paired, GROUP_BLOCK_BYTES);
+    private Q4KColumns(WeightMatrix source, MemorySegment packed) {
+        super(source, packed, GROUP_BLOCK_BYTES);
     }
 
     /**
-     * {@return {@code w} packed, with the groups in pairs as units or not ({@link Blocks#PAIRED_GROUPS}; tests take
-     * both), or empty where it cannot be}: without 16 float lanes, with rows not a multiple of {@value #GROUP}, or with
-     * a {@code d} or {@code dmin} that is infinite or NaN ({@link KColumns#pack})
+     * {@return {@code w} packed, or empty where it cannot be}: without 16 float lanes, with rows not a multiple of
+     * {@value #GROUP}, or with a {@code d} or {@code dmin} that is infinite or NaN ({@link KColumns#pack})
      */
-    static Optional<PackedMatrix> pack(WeightMatrix w, Arena arena, boolean paired) {
-        return pack(w, arena, paired, GROUP_BLOCK_BYTES, Q4KColumns::new);
+    static Optional<PackedMatrix> pack(WeightMatrix w, Arena arena) {
+        return pack(w, arena, GROUP_BLOCK_BYTES, Q4KColumns::new);
     }
 
     /** Bytes a group ahead of a unit's fields: {@code d} 0, {@code dmin} 32, the scales' high bits 64, sections 128. */

@@ -79,7 +79,7 @@ public final class Q4KQuantizer implements Quantizer {
         if (!w.format().id().equals(id())) {
             throw new IllegalArgumentException(w.name() + " is " + w.format().id() + ", not " + id());
         }
-        return KQuants.PACK_FOR_DECODE ? Q4KColumns.pack(w, arena, Blocks.PAIRED_GROUPS) : Optional.empty();
+        return KQuants.PACK_FOR_DECODE ? Q4KColumns.pack(w, arena) : Optional.empty();
     }
 
     /**

@@ -31,7 +31,7 @@ import jdk.incubator.vector.VectorOperators;
  * activation is subnormal, below 2^-102 in magnitude, as in the file's row kernel). The sixteenth is joined at bits
  * 24-29 by two bitwise blends. The {@code - 32} of the levels comes from each sub-block's sum of activations.
  *
- * <p>Layout: units of one group of 16 rows, or of two where {@link Blocks#PAIRED_GROUPS} (as Q4_K's copy, {@link
+ * <p>Layout: units of a pair of groups of 16 rows (a last group without a pair alone; as Q4_K's copy, {@link
  * Q4KColumns}), super-block after super-block; a unit's super-block of {@code U} groups takes {@code U} times {@value
  * #GROUP_BLOCK_BYTES} bytes, as its rows' super-blocks take in the file: the groups' fp16 {@code d} (16 a group), then
  * four sections of 64 elements (sub-blocks {@code 4s .. 4s + 3}): the four sub-blocks' int8 scales (16 bytes a group,
@@ -41,8 +41,8 @@ import jdk.incubator.vector.VectorOperators;
  * times, so that the kernel's products run in eight independent chains. The layout is this project's own.
  *
  * <p>A matrix with an infinite or NaN {@code d} is not packed (its products read the file as before). NOT VERIFIED on
- * CPUs without 16 float lanes: nothing is packed there. Nor where groups stay alone ({@link KQuants#PACK_FOR_DECODE}:
- * slower than the file's layout on an Intel Xeon VM); the unpaired layout is kept for the tests.
+ * CPUs without 16 float lanes: nothing is packed there. Nor where a thread reads several streams of weights fastest
+ * ({@link KQuants#PACK_FOR_DECODE}: slower than the file's layout on an Intel Xeon VM).
  */
 final class Q6KColumns extends KColumns {
     /** Bytes of one super-block of one group: what the 16 rows' super-blocks take in the file. */
@@ -53,17 +53,16 @@ final class Q6KColumns extends KColumns {
     /** Bytes a group ahead of the first section: the 16 rows' {@code d}. */
     private static final int HEAD = 2 * GROUP;
 
-    private Q6KColumns(WeightMatrix source, MemorySegment packed, boolean paired) {
-        super(source, packed, paired, GROUP_BLOCK_BYTES);
+    private Q6KColumns(WeightMatrix source, MemorySegment packed) {
+        super(source, packed, GROUP_BLOCK_BYTES);
     }
 
     /**
-     * {@return {@code w} packed, with the groups in pairs as units or not ({@link Blocks#PAIRED_GROUPS}; tests take
-     * both), or empty where it cannot be}: without 16 float lanes, with rows not a multiple of {@value #GROUP}, or with
-     * a {@code d} that is infinite or NaN ({@link KColumns#pack})
+     * {@return {@code w} packed, or empty where it cannot be}: without 16 float lanes, with rows not a multiple of
+     * {@value #GROUP}, or with a {@code d} that is infinite or NaN ({@link KColumns#pack})
      */
-    static Optional<PackedMatrix> pack(WeightMatrix w, Arena arena, boolean paired) {
-        return pack(w, arena, paired, GROUP_BLOCK_BYTES, Q6KColumns::new);
+    static Optional<PackedMatrix> pack(WeightMatrix w, Arena arena) {
+        return pack(w, arena, GROUP_BLOCK_BYTES, Q6KColumns::new);
     }
 
     /** The bit of the int where slot {@code k}'s level is read (slot 15 is joined there). */

@@ -95,7 +95,7 @@ public final class Q6KQuantizer implements Quantizer {
         if (!w.format().id().equals(id())) {
             throw new IllegalArgumentException(w.name() + " is " + w.format().id() + ", not " + id());
         }
-        return KQuants.PACK_FOR_DECODE && w.cols() > LONG_ROW ? Q6KColumns.pack(w, arena, Blocks.PAIRED_GROUPS)
+        return KQuants.PACK_FOR_DECODE && w.cols() > LONG_ROW ? Q6KColumns.pack(w, arena)
                 : Optional.empty();
     }
 

@@ -126,9 +126,8 @@ class KQuantFormatsTest {
      * dmin} of every kind (zeros of both signs, subnormals, normals of both signs, the largest finite) in rotating
      * order, random scale bytes and nibbles; its panels equal {@code decode} bit for bit and its products FP64 over the
      * decoded weights within 1e-5 of the products' magnitudes ({@link QuantizerTestKit#checkPackedCopy}: three groups,
-     * a pair and a last group alone, runs from the second and third group too). Both layouts: pairs of groups as units
-     * and groups alone. A matrix with one infinite or NaN {@code d} or {@code dmin} is not packed. Skipped without 16
-     * float lanes, where nothing is packed.
+     * a pair and a last group alone, runs from the second and third group too). A matrix with one infinite or NaN
+     * {@code d} or {@code dmin} is not packed. Skipped without 16 float lanes, where nothing is packed.
      */
     @Test
     void q4kPackedCopyKeepsEveryKindOfFactor() {
@@ -179,14 +178,14 @@ class KQuantFormatsTest {
         }
     }
 
-    /** A format's packing of 16 rows side by side, in pairs of groups or not. */
+    /** A format's packing of 16 rows side by side. */
     private interface Packer {
-        Optional<PackedMatrix> pack(WeightMatrix w, Arena arena, boolean paired);
+        Optional<PackedMatrix> pack(WeightMatrix w, Arena arena);
     }
 
     /**
      * 48 rows of 4 super-blocks of {@code q}, the fp16 factors at {@code fields} of each of every kind in rotating
-     * order, all other bytes random: packed in both layouts, {@link QuantizerTestKit#checkPackedCopy}; one infinite
+     * order, all other bytes random: packed, {@link QuantizerTestKit#checkPackedCopy}; one infinite
      * or NaN factor anywhere, nothing packed.
      */
     private static void checkEveryKindOfFactor(Quantizer q, Packer packer, int... fields) {
@@ -212,12 +211,9 @@ class KQuantFormatsTest {
         }
         float[] w = new float[rows * n];
         q.decode(m, 0, w, 0, rows * n);
-        for (boolean paired : new boolean[] {true, false}) {
-            try (Arena arena = Arena.ofShared()) {
-                PackedMatrix p = packer.pack(new WeightMatrix("factors", q, m, rows, n), arena, paired).orElseThrow();
-                QuantizerTestKit.checkPackedCopy(p, w, rows, n, random, paired ? " (pairs as units)"
-                        : " (groups alone)");
-            }
+        try (Arena arena = Arena.ofShared()) {
+            PackedMatrix p = packer.pack(new WeightMatrix("factors", q, m, rows, n), arena).orElseThrow();
+            QuantizerTestKit.checkPackedCopy(p, w, rows, n, random, "");
         }
         try (Arena arena = Arena.ofShared()) {
             for (int field : fields) {
@@ -225,7 +221,7 @@ class KQuantFormatsTest {
                 short kept = m.get(Blocks.I16, o);
                 for (short special : new short[] {0x7C00, (short) 0xFC00, 0x7E00}) {
                     m.set(Blocks.I16, o, special);
-                    assertTrue(packer.pack(new WeightMatrix("factors", q, m, rows, n), arena, true).isEmpty(),
+                    assertTrue(packer.pack(new WeightMatrix("factors", q, m, rows, n), arena).isEmpty(),
                             String.format("%s: a factor at byte %d of 0x%04X was packed", q.id(), field,
                                     special & 0xFFFF));
                 }
