@@ -139,7 +139,8 @@ final class CpuDevice implements ComputeDevice {
                 + ", decode rows " + (Blocks.ONE_ROW_MAX_COUNT == 0 ? "in groups"
                         : "alone up to " + Blocks.ONE_ROW_MAX_COUNT + " elements")
                 + " (-D" + Blocks.ONE_ROW_MAX_COUNT_PROPERTY + "), packed decode copies where formats offer them "
-                + (PACKED ? "on" : "off") + " (-D" + PACKED_PROPERTY + ")";
+                + (PACKED ? "on" : "off") + " (-D" + PACKED_PROPERTY + "), huge pages under them "
+                + HugePageArena.status();
     }
 
     private static int panelVectors() {
@@ -1411,15 +1412,16 @@ final class CpuDevice implements ComputeDevice {
      * the FP64 reference) bring its pages back from the file as they read them. A matrix in memory whose format's
      * copies could stand in for it (a synthetic model's) is not packed: it keeps its bytes, so its copy would only add
      * to them (the default bench run, the synthetic 1B geometry in Q4_0, peaked at 1,467 MiB against an aim of 781 with
-     * Q4_0's copies made at its first decode step). Synchronized: a device serves one session at a time, but sessions
-     * may follow one another from different threads.
+     * Q4_0's copies made at its first decode step). Each copy's arena lays it on huge pages where the kernel offers
+     * them ({@link HugePageArena}), which decode steps stream faster. Synchronized: a device serves one session at a
+     * time, but sessions may follow one another from different threads.
      */
     private synchronized PackedMatrix packed(WeightMatrix w) {
         if (w.format().packedCopyDecodes() && !fileMapping(w)) {
             return null;
         }
         if (!packed.containsKey(w)) {
-            Arena arena = Arena.ofShared();
+            Arena arena = new HugePageArena();
             Optional<PackedMatrix> p = w.format().packForDecode(w, arena);
             if (p.isEmpty()) {
                 arena.close();
