@@ -37,7 +37,11 @@ final class HugePageArena implements Arena {
     static final String PROPERTY = "dev.prefill4j.cpu.hugePages";
     /** Bytes of a transparent huge page on x86-64 and on arm64 with 4 KiB base pages. */
     static final long HUGE = 2L << 20;
-    /** Linux's {@code PROT_READ | PROT_WRITE}, {@code MAP_PRIVATE | MAP_ANONYMOUS} and {@code MADV_HUGEPAGE}. */
+    /**
+     * Linux's {@code PROT_READ | PROT_WRITE}, {@code MAP_PRIVATE | MAP_ANONYMOUS} and {@code MADV_HUGEPAGE}: the
+     * values of the kernel's {@code <asm-generic/mman-common.h>} and {@code <linux/mman.h>}, the same on x86-64 and
+     * arm64.
+     */
     private static final int PROT_RW = 0x3;
     private static final int MAP_PRIVATE_ANONYMOUS = 0x22;
     private static final int MADV_HUGEPAGE = 14;
