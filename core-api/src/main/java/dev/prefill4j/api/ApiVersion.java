@@ -19,9 +19,10 @@ public final class ApiVersion {
      * Blocks.ONE_ROW_MAX_COUNT}; 1.7: {@code Quantizer.packForDecode} and {@code PackedMatrix}; 1.8: {@code
      * Quantizer.packedCopyDecodes} and {@code PackedMatrix.decodeColumns}; 1.9: a {@code PackedMatrix} may take float32
      * activations only, {@code preparedBytes()} 0; 1.10: {@code ComputeDevice.matmulAll}; 1.11: {@code
-     * Blocks.groupBlockOffset}, {@code groupBlockStride} and {@code PAIRED_GROUPS}, {@code FloatPackedMatrix}).
+     * Blocks.groupBlockOffset}, {@code groupBlockStride} and {@code PAIRED_GROUPS}, {@code FloatPackedMatrix}; 1.12:
+     * {@code ComputeDevice.resident}).
      */
-    public static final String CURRENT = "1.11";
+    public static final String CURRENT = "1.12";
 
     private ApiVersion() {
     }

@@ -388,7 +388,7 @@ public final class Engine implements AutoCloseable {
             device.warmUp(ready);
         }
         warmUpEncoded(model, activationFormats);
-        WeightMatrix embedding = model.embedding();
+        WeightMatrix embedding = device.resident(model.embedding());
         if (decodeWarmedUp.add(embedding.format())) {
             float[] row = new float[embedding.cols()];
             int rows = Math.min(WARM_UP_EMBEDDING_ROWS, embedding.rows());
@@ -424,8 +424,8 @@ public final class Engine implements AutoCloseable {
                     continue;
                 }
                 int rows = Math.min(WARM_UP_ENCODED_ROWS, w.rows());
-                var head = new WeightMatrix(w.name(), w.format(), w.data().asSlice(0, w.rowBytes() * rows), rows,
-                        w.cols());
+                var head = new WeightMatrix(w.name(), w.format(),
+                        device.resident(w).data().asSlice(0, w.rowBytes() * rows), rows, w.cols());
                 float[] x = new float[w.cols()];
                 java.util.SplittableRandom random = new java.util.SplittableRandom(rows);
                 for (int i = 0; i < x.length; i++) {

@@ -521,7 +521,7 @@ public final class Session implements AutoCloseable {
     private void forward(int[] tokens, int start, int n) {
         reserve(n);
         int dim = c.dim();
-        WeightMatrix emb = model.embedding();
+        WeightMatrix emb = device.resident(model.embedding());
         long t = tick();
         for (int i = 0; i < n; i++) {
             emb.format().decode(emb.data(), emb.rowBytes() * tokens[start + i], x, i * dim, dim);
@@ -777,7 +777,7 @@ public final class Session implements AutoCloseable {
     private long fingerprint() {
         java.util.zip.CRC32C crc = new java.util.zip.CRC32C();
         crc.update(c.toString().getBytes(java.nio.charset.StandardCharsets.UTF_8));
-        crc.update(model.embedding().data().asByteBuffer());
+        crc.update(device.resident(model.embedding()).data().asByteBuffer()); // the same bytes, not the file's pages
         return crc.getValue();
     }
 }

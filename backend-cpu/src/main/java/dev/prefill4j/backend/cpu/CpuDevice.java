@@ -7,6 +7,7 @@ import dev.prefill4j.api.spi.Quantizer;
 import dev.prefill4j.api.spi.WeightMatrix;
 import java.lang.foreign.Arena;
 import java.lang.foreign.MemorySegment;
+import java.util.ArrayList;
 import java.util.Arrays;
 import java.util.IdentityHashMap;
 import java.util.List;
@@ -117,6 +118,21 @@ final class CpuDevice implements ComputeDevice {
     private record Packed(PackedMatrix matrix, Arena arena) {
     }
 
+    /**
+     * System property that turns on {@link #resident}'s copies of a file's matrices on huge pages: {@code true}. Off by
+     * default: decode ran 5-14% faster with them on the Intel Xeon VM (Q8_0, Q4_K_M and Q4_0; F16 within its noise),
+     * but bench's peak resident memory rose by up to 45 MiB, past the issue's aim for Q4_K_M by 3-9 MiB in three runs
+     * of four (docs/performance-notes.md, 2026-12-07). Taken only where {@link HugePageArena#available}: on 4 KiB pages
+     * a copy reads no faster than the file's mapping (a plain read of either, 26-28 GB/s there).
+     */
+    static final String RESIDENT_PROPERTY = "dev.prefill4j.cpu.residentCopies";
+    /** Whether this device makes {@link #resident}'s copies. */
+    private final boolean residentCopies;
+    /** Each matrix {@link #resident} was asked for, and what products of it read; kept until {@link #close}. */
+    private final Map<WeightMatrix, WeightMatrix> homes = new IdentityHashMap<>();
+    /** The arenas of {@link #resident}'s copies. */
+    private final List<Arena> residentArenas = new ArrayList<>();
+
     /** The calling thread's prepared activations of a packed product ({@link PackedMatrix#prepareActivations}). */
     private byte[] packedPrepared = new byte[0];
     /** The same for float32 activations ({@link PackedMatrix#prepareFloats}), and up's in a SwiGLU product. */
@@ -124,6 +140,17 @@ final class CpuDevice implements ComputeDevice {
     private float[] upPackedFloats = new float[0];
 
     CpuDevice(int threads) {
+        this(threads, "true".equals(System.getProperty(RESIDENT_PROPERTY)));
+    }
+
+    /**
+     * A device of {@code threads} threads.
+     *
+     * @param residentCopies whether {@link #resident} copies a file's matrices onto huge pages (where {@link
+     *                       HugePageArena#available}); package-private: tests take both
+     */
+    CpuDevice(int threads, boolean residentCopies) {
+        this.residentCopies = residentCopies && HugePageArena.available();
         this.threads = threads;
         this.pool = new WorkerPool(threads);
         // The C library call LineAlignment makes is linked and run once now, so that a product's first call does not
@@ -140,7 +167,8 @@ final class CpuDevice implements ComputeDevice {
                         : "alone up to " + Blocks.ONE_ROW_MAX_COUNT + " elements")
                 + " (-D" + Blocks.ONE_ROW_MAX_COUNT_PROPERTY + "), packed decode copies where formats offer them "
                 + (PACKED ? "on" : "off") + " (-D" + PACKED_PROPERTY + "), huge pages under them "
-                + HugePageArena.status();
+                + HugePageArena.status() + ", the other matrices copied from the file onto them "
+                + (residentCopies ? "on" : "off") + " (-D" + RESIDENT_PROPERTY + "=true)";
     }
 
     private static int panelVectors() {
@@ -166,7 +194,8 @@ final class CpuDevice implements ComputeDevice {
     }
 
     @Override
-    public void matmul(WeightMatrix w, float[] x, int rows, float[] out) {
+    public void matmul(WeightMatrix matrix, float[] x, int rows, float[] out) {
+        WeightMatrix w = home(matrix);
         int panel = PANEL;
         if (rows >= 6 && w.rows() % panel == 0) {
             matmulPanels(w, x, rows, out, panel);
@@ -229,7 +258,9 @@ final class CpuDevice implements ComputeDevice {
      * anything else one {@link #matmul} at a time.
      */
     @Override
-    public void matmulAll(WeightMatrix[] ws, float[] x, int rows, float[]... outs) {
+    public void matmulAll(WeightMatrix[] matrices, float[] x, int rows, float[]... outs) {
+        WeightMatrix[] ws = new WeightMatrix[matrices.length];
+        Arrays.setAll(ws, m -> home(matrices[m]));
         boolean together = rows >= 6 && ws.length > 1 && ws.length == outs.length;
         for (WeightMatrix w : ws) {
             together &= w.rows() % PANEL == 0 && w.cols() == ws[0].cols();
@@ -242,7 +273,8 @@ final class CpuDevice implements ComputeDevice {
     }
 
     @Override
-    public void matmulExact(WeightMatrix w, float[] x, int rows, float[] out) {
+    public void matmulExact(WeightMatrix matrix, float[] x, int rows, float[] out) {
+        WeightMatrix w = home(matrix);
         if (rows >= 6 && VectorOps.FLOATS.length() == 16 && w.rows() % EXACT_PANEL == 0) {
             matmulExactPanels(w, x, rows, out);
             return;
@@ -476,7 +508,8 @@ final class CpuDevice implements ComputeDevice {
      */
     @Override
     public void warmUp(List<WeightMatrix> matrices) {
-        for (WeightMatrix w : matrices) {
+        for (WeightMatrix matrix : matrices) {
+            WeightMatrix w = home(matrix);
             int rows = Math.min(WARM_UP_ROWS, w.rows());
             var head = new WeightMatrix(w.name(), w.format(), w.data().asSlice(0, w.rowBytes() * rows), rows, w.cols());
             float[] x = new float[w.cols()];
@@ -555,7 +588,8 @@ final class CpuDevice implements ComputeDevice {
      * that both stay in L1 or L2 while they meet.
      */
     @Override
-    public void matmulEncoded(WeightMatrix w, MemorySegment act, long actRowBytes, int rows, float[] out) {
+    public void matmulEncoded(WeightMatrix matrix, MemorySegment act, long actRowBytes, int rows, float[] out) {
+        WeightMatrix w = home(matrix);
         int n = w.rows();
         int k = w.cols();
         long rowBytes = w.rowBytes();
@@ -959,7 +993,9 @@ final class CpuDevice implements ComputeDevice {
      * matmul, swiglu}.
      */
     @Override
-    public void matmulSwiGLU(WeightMatrix gate, WeightMatrix up, float[] x, int rows, float[] out) {
+    public void matmulSwiGLU(WeightMatrix gateMatrix, WeightMatrix upMatrix, float[] x, int rows, float[] out) {
+        WeightMatrix gate = home(gateMatrix);
+        WeightMatrix up = home(upMatrix);
         int n = gate.rows();
         int k = gate.cols();
         int panel = PANEL;
@@ -1102,8 +1138,11 @@ final class CpuDevice implements ComputeDevice {
      * rows, or a width that is not blocked, run those two on the whole width.
      */
     @Override
-    public void feedForward(WeightMatrix gate, WeightMatrix up, WeightMatrix down, float[] x, int rows,
-                            float[] hidden, float[] out) {
+    public void feedForward(WeightMatrix gateMatrix, WeightMatrix upMatrix, WeightMatrix downMatrix, float[] x,
+                            int rows, float[] hidden, float[] out) {
+        WeightMatrix gate = home(gateMatrix);
+        WeightMatrix up = home(upMatrix);
+        WeightMatrix down = home(downMatrix);
         int ffn = gate.rows();
         int block = feedForwardBlock(gate, up, down);
         if (block == ffn || rows < 6 || hidden.length >= (long) rows * ffn) {
@@ -1435,6 +1474,71 @@ final class CpuDevice implements ComputeDevice {
     }
 
     /**
+     * {@inheritDoc} Here, where copies were turned on ({@link #RESIDENT_PROPERTY}) and {@code w} is a read-only mapping
+     * of a file: a copy of its bytes on huge pages ({@link HugePageArena}), the mapping's pages let go as each 2 MiB is
+     * copied, so that resident memory holds one of the two at a time; but {@code w} itself where its format makes a
+     * copy that may stand in for it ({@link Quantizer#packedCopyDecodes}: Q4_0's, and the K-quants' where they are
+     * made), which {@link #packed} then makes. Elsewhere, and by default, {@code w} itself. Made at the first product of {@code w} or the first call of this, whichever comes first, so that a
+     * model's copies are made as its first prompt reaches each matrix, as the file's pages came in before: the
+     * compiler's memory for the first products then adds to part of the model, not to all of it.
+     *
+     * <p>Why: a decode step streams every weight once, and on a VM each 4 KiB page of the mapping costs the processor
+     * a walk through two levels of page tables. The engine reads the token embedding from here too: a format's kernels
+     * that read some matrices from the mapping and others from copies ran slower than on either alone (the 1B Q8_0
+     * file's decode at 10.8-12.3 tok/s against 15.6 when only the matrices of 2 MiB or more were copied; the class of
+     * the segments they read, suspected, not confirmed). Measurements: docs/performance-notes.md (Intel Xeon VM,
+     * 2026-12-07).
+     */
+    @Override
+    public WeightMatrix resident(WeightMatrix w) {
+        return home(w);
+    }
+
+    /**
+     * {@return what products of {@code w} read ({@link #resident})} A matrix that lies within one already here (a
+     * warm-up's first rows) reads the same rows of what that one reads, and adds nothing.
+     */
+    private WeightMatrix home(WeightMatrix w) {
+        if (!residentCopies || !fileMapping(w)) {
+            return w;
+        }
+        synchronized (this) {
+            WeightMatrix h = homes.get(w);
+            if (h != null) {
+                return h;
+            }
+            for (Map.Entry<WeightMatrix, WeightMatrix> e : homes.entrySet()) {
+                long at = w.data().address() - e.getKey().data().address();
+                if (at >= 0 && at + w.data().byteSize() <= e.getKey().data().byteSize()) {
+                    return e.getValue() == e.getKey() ? w : new WeightMatrix(w.name(), w.format(),
+                            e.getValue().data().asSlice(at, w.data().byteSize()), w.rows(), w.cols());
+                }
+            }
+            h = PACKED && w.format().packedCopyDecodes() && packed(w) != null ? w : residentCopy(w);
+            homes.put(w, h);
+            return h;
+        }
+    }
+
+    /** {@return {@code w}'s bytes copied onto huge pages, the mapping's pages let go behind the copy} */
+    private WeightMatrix residentCopy(WeightMatrix w) {
+        long bytes = w.rowBytes() * w.rows();
+        HugePageArena arena = new HugePageArena();
+        MemorySegment copy = arena.allocate(bytes, LineAlignment.LINE_BYTES);
+        MemorySegment from = w.data();
+        // A huge page a task: the mapping's pages and the copy's of a task are both resident only while it runs.
+        long chunk = HugePageArena.HUGE;
+        parallelFor((int) ((bytes + chunk - 1) / chunk), c -> {
+            long at = c * chunk;
+            long length = Math.min(chunk, bytes - at);
+            MemorySegment.copy(from, at, copy, at, length);
+            from.asSlice(at, length).unload();
+        });
+        residentArenas.add(arena);
+        return new WeightMatrix(w.name(), w.format(), copy.asReadOnly(), w.rows(), w.cols());
+    }
+
+    /**
      * {@return {@code w}'s packed copy where it stands in for {@code w} in every product with float32 activations,
      * prompts' included, made now if this is {@code w}'s first product; otherwise null, and {@code w} is read as
      * before} It stands in where {@link #PACKED}, the format's copies decode ({@link Quantizer#packedCopyDecodes}),
@@ -1522,6 +1626,9 @@ final class CpuDevice implements ComputeDevice {
                 }
             }
             packed.clear();
+            homes.clear();
+            residentArenas.forEach(Arena::close);
+            residentArenas.clear();
         }
     }
 }

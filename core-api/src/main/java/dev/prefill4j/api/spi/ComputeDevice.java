@@ -238,6 +238,21 @@ public interface ComputeDevice extends AutoCloseable {
     default void warmUp(List<WeightMatrix> matrices) {
     }
 
+    /**
+     * {@return the matrix this device's products of {@code w} read from now on}: {@code w} itself by default. A device
+     * may copy a file's weights into memory of its own (the CPU device, onto huge pages, for its decode steps) and
+     * return the copy: the same format, shape and bytes in other memory, whose products give the bits {@code w}'s
+     * would. The engine reads the token embedding's rows, and its warm-ups' first rows of a matrix, from what this
+     * returns, so that those reads neither bring back pages of the file that the device let go nor send a format's
+     * code to two kinds of memory. Idempotent.
+     *
+     * @param w a matrix of the model
+     * @since 1.12
+     */
+    default WeightMatrix resident(WeightMatrix w) {
+        return w;
+    }
+
     /** Stops the device's threads. Idempotent. */
     @Override
     void close();
