@@ -1478,16 +1478,17 @@ final class CpuDevice implements ComputeDevice {
      * of a file: a copy of its bytes on huge pages ({@link HugePageArena}), the mapping's pages let go as each 2 MiB is
      * copied, so that resident memory holds one of the two at a time; but {@code w} itself where its format makes a
      * copy that may stand in for it ({@link Quantizer#packedCopyDecodes}: Q4_0's, and the K-quants' where they are
-     * made), which {@link #packed} then makes. Elsewhere, and by default, {@code w} itself. Made at the first product of {@code w} or the first call of this, whichever comes first, so that a
-     * model's copies are made as its first prompt reaches each matrix, as the file's pages came in before: the
-     * compiler's memory for the first products then adds to part of the model, not to all of it.
+     * made), which {@link #packed} then makes. Elsewhere, and by default, {@code w} itself. Made at the first product
+     * of {@code w} or the first call of this, whichever comes first, so that a model's copies are made as its first
+     * prompt reaches each matrix, as the file's pages came in before: the compiler's memory for the first products then
+     * adds to part of the model, not to all of it.
      *
      * <p>Why: a decode step streams every weight once, and on a VM each 4 KiB page of the mapping costs the processor
      * a walk through two levels of page tables. The engine reads the token embedding from here too: a format's kernels
      * that read some matrices from the mapping and others from copies ran slower than on either alone (the 1B Q8_0
      * file's decode at 10.8-12.3 tok/s against 15.6 when only the matrices of 2 MiB or more were copied; the class of
-     * the segments they read, suspected, not confirmed). Measurements: docs/performance-notes.md (Intel Xeon VM,
-     * 2026-12-07).
+     * the segments they read, it seems: with the copies mapped from {@code /dev/shm}, no loss). Measurements:
+     * docs/performance-notes.md (Intel Xeon VM, 2026-12-07).
      */
     @Override
     public WeightMatrix resident(WeightMatrix w) {
