@@ -126,6 +126,16 @@ final class CpuDevice implements ComputeDevice {
      * a copy reads no faster than the file's mapping (a plain read of either, 26-28 GB/s there).
      */
     static final String RESIDENT_PROPERTY = "dev.prefill4j.cpu.residentCopies";
+    /**
+     * Whether the packed decode copies lie on huge pages ({@link HugePageArena}): where they are available, by default
+     * on Intel processors only, or as system property {@value HugePageArena#PROPERTY} says ({@code true} or {@code
+     * false}). On the Intel Xeon VM Q4_0's decode ran a median 1.06x faster with them (six pairs, 2026-12-07); on the
+     * Zen 5 VM the K-quants' copies on huge pages decoded slower in three pairs of three (tg16 23.88, 22.74, 30.40
+     * against 24.70, 26.15, 33.22 tok/s, 2026-12-06; docs/performance-notes.md).
+     */
+    static final boolean HUGE_COPIES = HugePageArena.available()
+            && ("true".equals(System.getProperty(HugePageArena.PROPERTY)) || System.getProperty(HugePageArena.PROPERTY)
+                    == null && "GenuineIntel".equals(Blocks.CPU_VENDOR));
     /** Whether this device makes {@link #resident}'s copies. */
     private final boolean residentCopies;
     /** Each matrix {@link #resident} was asked for, and what products of it read; kept until {@link #close}. */
@@ -167,7 +177,8 @@ final class CpuDevice implements ComputeDevice {
                         : "alone up to " + Blocks.ONE_ROW_MAX_COUNT + " elements")
                 + " (-D" + Blocks.ONE_ROW_MAX_COUNT_PROPERTY + "), packed decode copies where formats offer them "
                 + (PACKED ? "on" : "off") + " (-D" + PACKED_PROPERTY + "), huge pages under them "
-                + HugePageArena.status() + ", the other matrices copied from the file onto them "
+                + (HUGE_COPIES ? "on" : "off") + " (" + HugePageArena.status() + "; -D" + HugePageArena.PROPERTY
+                + "=true|false, by default on Intel processors), the other matrices copied onto huge pages "
                 + (residentCopies ? "on" : "off") + " (-D" + RESIDENT_PROPERTY + "=true)";
     }
 
@@ -1451,8 +1462,8 @@ final class CpuDevice implements ComputeDevice {
      * the FP64 reference) bring its pages back from the file as they read them. A matrix in memory whose format's
      * copies could stand in for it (a synthetic model's) is not packed: it keeps its bytes, so its copy would only add
      * to them (the default bench run, the synthetic 1B geometry in Q4_0, peaked at 1,467 MiB against an aim of 781 with
-     * Q4_0's copies made at its first decode step). Each copy's arena lays it on huge pages where the kernel offers
-     * them ({@link HugePageArena}), which decode steps stream faster. Synchronized: a device serves one session at a
+     * Q4_0's copies made at its first decode step). Each copy lies on huge pages where {@link #HUGE_COPIES}, which
+     * decode steps stream faster there. Synchronized: a device serves one session at a
      * time, but sessions may follow one another from different threads.
      */
     private synchronized PackedMatrix packed(WeightMatrix w) {
@@ -1460,7 +1471,7 @@ final class CpuDevice implements ComputeDevice {
             return null;
         }
         if (!packed.containsKey(w)) {
-            Arena arena = new HugePageArena();
+            Arena arena = HUGE_COPIES ? new HugePageArena() : Arena.ofShared();
             Optional<PackedMatrix> p = w.format().packForDecode(w, arena);
             if (p.isEmpty()) {
                 arena.close();

@@ -33,7 +33,10 @@ import java.nio.file.Path;
  * (docs/performance-notes.md).
  */
 final class HugePageArena implements Arena {
-    /** System property that turns huge pages off where they would be used: {@code false}. */
+    /**
+     * System property: {@code false} makes huge pages unavailable; {@code true} lays the packed decode copies on them
+     * where they are available, which by default happens on Intel processors only ({@code CpuDevice}).
+     */
     static final String PROPERTY = "dev.prefill4j.cpu.hugePages";
     /** Bytes of a transparent huge page on x86-64 and on arm64 with 4 KiB base pages. */
     static final long HUGE = 2L << 20;
@@ -69,7 +72,7 @@ final class HugePageArena implements Arena {
         return MMAP != null;
     }
 
-    /** {@return a phrase for the device's description: whether copies lie on huge pages, and how to change it} */
+    /** {@return a phrase for the device's description: whether huge pages are available here, or why not} */
     static String status() {
         return STATUS;
     }
@@ -77,7 +80,7 @@ final class HugePageArena implements Arena {
     @SuppressWarnings("restricted")
     private static String link(MethodHandle[] handles) {
         if ("false".equals(System.getProperty(PROPERTY))) {
-            return "off (-D" + PROPERTY + ")";
+            return "not available (-D" + PROPERTY + "=false)";
         }
         if (!"Linux".equals(System.getProperty("os.name"))) {
             return "not used (Linux only)";
@@ -114,7 +117,7 @@ final class HugePageArena implements Arena {
             handles[0] = null;
             return "not used (no native linker here: " + e.getMessage() + ")";
         }
-        return "on (transparent huge pages " + mode + "; -D" + PROPERTY + "=false turns them off)";
+        return "available (transparent huge pages " + mode + ")";
     }
 
     /**

@@ -35,6 +35,15 @@ public final class Blocks {
     public static final String ONE_ROW_MAX_COUNT_PROPERTY = "dev.prefill4j.oneRowMaxCount";
 
     /**
+     * The processor's vendor as {@code /proc/cpuinfo}'s {@code vendor_id} names it ({@code GenuineIntel}, {@code
+     * AuthenticAMD}), or "" where there is none (other systems): what a device's defaults tuned on one vendor's
+     * machines test, as {@link #ONE_ROW_MAX_COUNT} does.
+     *
+     * @since 1.12
+     */
+    public static final String CPU_VENDOR = cpuVendor();
+
+    /**
      * The longest rows, in elements, that a format's {@link Quantizer#dotPreparedRows} should read one at a time
      * (one stream of weights a thread); longer rows it reads several at a time, each its own stream, where it has
      * such a kernel. Which is faster is the machine's: one stream leaves a short row's activations in L1, several
@@ -58,7 +67,7 @@ public final class Blocks {
      * @since 1.6
      */
     public static final int ONE_ROW_MAX_COUNT = oneRowMaxCount(System.getProperty(ONE_ROW_MAX_COUNT_PROPERTY),
-            cpuVendor());
+            CPU_VENDOR);
 
     /** {@return the one-row limit for a property value (or null) and a processor vendor} (package-private: tests) */
     static int oneRowMaxCount(String property, String vendor) {
