@@ -20,9 +20,9 @@ public final class ApiVersion {
      * Quantizer.packedCopyDecodes} and {@code PackedMatrix.decodeColumns}; 1.9: a {@code PackedMatrix} may take float32
      * activations only, {@code preparedBytes()} 0; 1.10: {@code ComputeDevice.matmulAll}; 1.11: {@code
      * Blocks.groupBlockOffset}, {@code groupBlockStride} and {@code PAIRED_GROUPS}, {@code FloatPackedMatrix}; 1.12:
-     * {@code ComputeDevice.resident}, {@code Blocks.CPU_VENDOR}).
+     * {@code ComputeDevice.resident}, {@code Blocks.CPU_VENDOR}; 1.13: {@code ComputeDevice.decodeRow}).
      */
-    public static final String CURRENT = "1.12";
+    public static final String CURRENT = "1.13";
 
     private ApiVersion() {
     }

@@ -524,7 +524,7 @@ public final class Session implements AutoCloseable {
         WeightMatrix emb = device.resident(model.embedding());
         long t = tick();
         for (int i = 0; i < n; i++) {
-            emb.format().decode(emb.data(), emb.rowBytes() * tokens[start + i], x, i * dim, dim);
+            device.decodeRow(model.embedding(), tokens[start + i], x, i * dim);
         }
         tock("embedding", t, n * emb.rowBytes(), 0);
         int pos = position;

@@ -23,7 +23,8 @@ import org.junit.jupiter.params.ParameterizedTest;
 import org.junit.jupiter.params.provider.ValueSource;
 
 /**
- * Ternary, Q4_K and Q6_K matrices mapped read-only from files: the CPU device's products with float32 activations, prompts' included,
+ * Ternary, Q4_K, Q6_K and Q8_0 matrices mapped read-only from files: the CPU device's products with float32
+ * activations, prompts' included, and its rows decoded for the embedding lookup ({@code ComputeDevice.decodeRow}),
  * read the packed copy it makes at a matrix's first product ({@code Quantizer.packedCopyDecodes}, {@code
  * PackedMatrix.decodeColumns}), so the file's pages can go. To see that nothing reads the file after that, the test
  * writes another matrix into each file once the copies exist; the exact product, which reads the file, sees the new
@@ -48,7 +49,7 @@ class PackedPromptTest {
     Path dir;
 
     @ParameterizedTest
-    @ValueSource(strings = {"tq2_0", "tq1_0", "q4_k", "q6_k"})
+    @ValueSource(strings = {"tq2_0", "tq1_0", "q4_k", "q6_k", "q8_0"})
     void promptsReadThePackedCopyNotTheFile(String id) throws IOException {
         PluginRegistry registry = PluginRegistry.load();
         Quantizer q = registry.quantizer(id).orElseThrow();
@@ -87,6 +88,15 @@ class PackedPromptTest {
             float[] exactNew = new float[N];
             device.matmulExact(memory(q, replaced, N, k), x, 1, exactNew);
             assertArrayEquals(exactNew, exact, "the exact product reads the file, which now holds another matrix");
+
+            // The embedding lookup's rows (ComputeDevice.decodeRow) come from the copy too: the first matrix's decoded
+            // weights to the bit, rows of the first, a middle and the last group.
+            for (int r : new int[] {0, 5, 17, 100, N - 1}) {
+                float[] row = new float[k];
+                device.decodeRow(w.file(), r, row, 0);
+                assertArrayEquals(Arrays.copyOfRange(w.decoded(), r * k, (r + 1) * k), row, id + ": row " + r
+                        + " decoded, against the first matrix's");
+            }
 
             float[] oneRow = new float[13 * N];
             for (int r = 0; r < 13; r++) {

@@ -1488,8 +1488,8 @@ final class CpuDevice implements ComputeDevice {
      * {@inheritDoc} Here, where copies were turned on ({@link #RESIDENT_PROPERTY}) and {@code w} is a read-only mapping
      * of a file: a copy of its bytes on huge pages ({@link HugePageArena}), the mapping's pages let go as each 2 MiB is
      * copied, so that resident memory holds one of the two at a time; but {@code w} itself where its format makes a
-     * copy that may stand in for it ({@link Quantizer#packedCopyDecodes}: Q4_0's, and the K-quants' where they are
-     * made), which {@link #packed} then makes. Elsewhere, and by default, {@code w} itself. Made at the first product
+     * copy that may stand in for it ({@link Quantizer#packedCopyDecodes}: Q4_0's, Q8_0's, and the K-quants' where they
+     * are made), which {@link #packed} then makes. Elsewhere, and by default, {@code w} itself. Made at the first product
      * of {@code w} or the first call of this, whichever comes first, so that a model's copies are made as its first
      * prompt reaches each matrix, as the file's pages came in before: the compiler's memory for the first products then
      * adds to part of the model, not to all of it.
@@ -1564,6 +1564,39 @@ final class CpuDevice implements ComputeDevice {
         }
         PackedMatrix p = packed(w);
         return p != null && standsIn(p) ? p : null;
+    }
+
+    /**
+     * {@inheritDoc} Here, where {@code w} has a packed copy standing in for it ({@link #promptCopy}, made at its first
+     * product), from the copy: its row group decoded whole ({@link PackedMatrix#decodeColumns}, the format's {@code
+     * decode} to the bit) and the row taken out of it. The file's pages under {@code w} were let go when the copy was
+     * made, and each lookup in the mapping brought back the pages around its row (the kernel maps cached pages near a
+     * fault): the 1B Q8_0 file's tied embedding and output matrix, 28-31 MiB of file pages during a 512-token prompt.
+     */
+    @Override
+    public void decodeRow(WeightMatrix w, int row, float[] dst, int dstOffset) {
+        PackedMatrix copy = standingCopy(w);
+        if (copy == null) {
+            ComputeDevice.super.decodeRow(w, row, dst, dstOffset);
+            return;
+        }
+        int group = copy.rowGroup();
+        int first = row / group * group;
+        int k = w.cols();
+        float[] block = buffer(rowGroupBuffer, group * k);
+        copy.decodeColumns(first, group, 0, k, block, 0, group);
+        for (int c = 0, at = row - first; c < k; c++, at += group) {
+            dst[dstOffset + c] = block[at];
+        }
+    }
+
+    /** A thread's {@code [cols][rowGroup]} floats of {@link #decodeRow}. */
+    private final ThreadLocal<float[]> rowGroupBuffer = new ThreadLocal<>();
+
+    /** {@return {@code w}'s packed copy where one already made stands in for it ({@link #standsIn}), else null} */
+    private synchronized PackedMatrix standingCopy(WeightMatrix w) {
+        Packed p = packed.get(home(w));
+        return p != null && standsIn(p.matrix()) ? p.matrix() : null;
     }
 
     /** {@return whether {@code w}'s bytes are a read-only mapping of a file} */

@@ -242,15 +242,34 @@ public interface ComputeDevice extends AutoCloseable {
      * {@return the matrix this device's products of {@code w} read from now on}: {@code w} itself by default. A device
      * may copy a file's weights into memory of its own (the CPU device, onto huge pages, for its decode steps) and
      * return the copy: the same format, shape and bytes in other memory, whose products give the bits {@code w}'s
-     * would. The engine reads the token embedding's rows, and its warm-ups' first rows of a matrix, from what this
-     * returns, so that those reads neither bring back pages of the file that the device let go nor send a format's
-     * code to two kinds of memory. Idempotent.
+     * would. The engine reads its warm-ups' first rows of a matrix, and by default ({@link #decodeRow}) the token
+     * embedding's rows, from what this returns, so that those reads neither bring back pages of the file that the
+     * device let go nor send a format's code to two kinds of memory. Idempotent.
      *
      * @param w a matrix of the model
      * @since 1.12
      */
     default WeightMatrix resident(WeightMatrix w) {
         return w;
+    }
+
+    /**
+     * Decodes row {@code row} of {@code w} into {@code dst[dstOffset ..]}, {@code w.cols()} floats with the bits of
+     * its format's {@code decode}: the engine's token embedding lookup. The default decodes the row of {@link
+     * #resident}; a device that holds a packed copy standing in for {@code w} ({@link Quantizer#packedCopyDecodes})
+     * may read that instead, so that the lookups bring back none of the file's pages it let go (the CPU device's
+     * copies on a 1B Q8_0 file: 28-31 MiB of the tied embedding mapped again around the looked-up rows during a
+     * 512-token prompt).
+     *
+     * @param w         a matrix of the model
+     * @param row       the row
+     * @param dst       where the row's floats go
+     * @param dstOffset the first of them
+     * @since 1.13
+     */
+    default void decodeRow(WeightMatrix w, int row, float[] dst, int dstOffset) {
+        WeightMatrix r = resident(w);
+        r.format().decode(r.data(), r.rowBytes() * row, dst, dstOffset, r.cols());
     }
 
     /** Stops the device's threads. Idempotent. */

@@ -12,6 +12,7 @@ import java.lang.foreign.ValueLayout;
 import java.util.ArrayList;
 import java.util.Arrays;
 import java.util.List;
+import java.util.Optional;
 import java.util.Random;
 import java.util.ServiceLoader;
 import java.util.SplittableRandom;
@@ -660,6 +661,65 @@ public final class QuantizerTestKit {
                 magnitude += Math.abs(p);
             }
             return new Fp64(sum, magnitude);
+        }
+    }
+
+    /** Makes a format's packed copy of a matrix in either of its layouts: pairs of row groups interleaved or not. */
+    @FunctionalInterface
+    public interface Packer {
+        /**
+         * @param w      the matrix
+         * @param arena  where the copy goes
+         * @param paired whether pairs of row groups interleave their blocks
+         * @return the copy, or empty where the format does not pack {@code w}
+         */
+        Optional<PackedMatrix> pack(WeightMatrix w, Arena arena, boolean paired);
+    }
+
+    /**
+     * Checks a format's packed copies of a matrix made from chosen bytes, for formats whose blocks start with an
+     * fp16 scale that the copy converts itself: {@code rows} rows of {@code blocks} blocks, the blocks' scales of
+     * every kind (zeros of both signs, subnormals, normals of both signs, the largest finite) in rotating order and
+     * the rest of each block random bytes; each layout through {@link #checkPackedCopy}; then the same matrix with one
+     * scale infinite or NaN must not be packed ({@link Quantizer#packForDecode} empty).
+     *
+     * @param q      the format
+     * @param rows   rows of the matrix (a multiple of the copies' row group)
+     * @param blocks blocks a row
+     * @param pack   the format's packing, in both layouts
+     * @param random the bytes' and activations' source
+     */
+    public static void checkPackedCopyScales(Quantizer q, int rows, int blocks, Packer pack, Random random) {
+        int n = q.blockSize() * blocks;
+        int bytes = q.blockBytes();
+        var fp16 = ValueLayout.JAVA_SHORT_UNALIGNED.withOrder(java.nio.ByteOrder.LITTLE_ENDIAN);
+        short[] scales = {0x0000, (short) 0x8000, 0x0001, (short) 0x8001, 0x03FF, 0x0400, 0x3C00, (short) 0xBC00,
+            0x1234, (short) 0xC321, 0x7BFF, (short) 0xFBFF, 0x2E66, (short) 0x83FF, 0x0200, (short) 0xABCD};
+        MemorySegment m = Arena.ofAuto().allocate((long) bytes * blocks * rows);
+        for (int r = 0; r < rows; r++) {
+            for (int k = 0; k < blocks; k++) {
+                long o = (long) bytes * (r * blocks + k);
+                m.set(fp16, o, scales[(r + 3 * k) % scales.length]);
+                for (int j = 2; j < bytes; j++) {
+                    m.set(ValueLayout.JAVA_BYTE, o + j, (byte) random.nextInt());
+                }
+            }
+        }
+        float[] w = new float[rows * n];
+        q.decode(m, 0, w, 0, rows * n);
+        for (boolean paired : new boolean[] {true, false}) {
+            try (Arena arena = Arena.ofShared()) {
+                PackedMatrix p = pack.pack(new WeightMatrix("scales", q, m, rows, n), arena, paired).orElse(null);
+                check(p != null, q, "a matrix of finite scales was not packed");
+                checkPackedCopy(p, w, rows, n, random, paired ? " (pairs interleaved)" : " (groups in order)");
+            }
+        }
+        try (Arena arena = Arena.ofShared()) {
+            for (short d : new short[] {0x7C00, (short) 0xFC00, 0x7E00}) {
+                m.set(fp16, (long) bytes * (17 * blocks + 2), d);
+                check(q.packForDecode(new WeightMatrix("scales", q, m, rows, n), arena).isEmpty(), q,
+                        String.format("a scale 0x%04X was packed", d & 0xFFFF));
+            }
         }
     }
 

@@ -2,9 +2,13 @@ package dev.prefill4j.engine.formats;
 
 import dev.prefill4j.api.ApiVersion;
 import dev.prefill4j.api.spi.Blocks;
+import dev.prefill4j.api.spi.PackedMatrix;
 import dev.prefill4j.api.spi.Quantizer;
+import dev.prefill4j.api.spi.WeightMatrix;
+import java.lang.foreign.Arena;
 import java.lang.foreign.MemorySegment;
 import java.nio.ByteOrder;
+import java.util.Optional;
 import java.util.OptionalInt;
 import jdk.incubator.vector.ByteVector;
 import jdk.incubator.vector.DoubleVector;
@@ -341,6 +345,29 @@ public final class Q8_0Quantizer implements Quantizer {
     private static FloatVector widen(MemorySegment row, long at) {
         return (FloatVector) ByteVector.fromMemorySegment(QUANTS, row, at, ByteOrder.LITTLE_ENDIAN)
                 .convertShape(VectorOperators.B2I, INTS, 0).convert(VectorOperators.I2F, 0);
+    }
+
+    /**
+     * With 16 float lanes, a copy with 16 rows side by side ({@link Q8_0Columns}): its decode products take three
+     * vector operations per 16 weights, each load within a cache line, where {@link #dotPreparedRows} reads four
+     * rows' 34-byte blocks. The same bytes as the file's blocks, laid out again.
+     */
+    @Override
+    public Optional<PackedMatrix> packForDecode(WeightMatrix w, Arena arena) {
+        if (!w.format().id().equals(id())) {
+            throw new IllegalArgumentException(w.name() + " is " + w.format().id() + ", not " + id());
+        }
+        return Q8_0Columns.pack(w, arena);
+    }
+
+    /**
+     * True: a packed copy gives back each weight as {@code decode} does ({@link Q8_0Columns#decodeColumns}), so a
+     * prompt's products may read it too, and the copy (as many bytes as the file's blocks) can take their place in
+     * memory.
+     */
+    @Override
+    public boolean packedCopyDecodes() {
+        return true;
     }
 
     /** Q8_0 multiplies {@code q8_0-activations} codes in integer lanes ({@link #dotEncoded}). */

@@ -284,6 +284,21 @@ class FormatsTest {
     }
 
     /**
+     * The packed copy ({@link Q8_0Columns}) converts the 16 rows' fp16 scales in int lanes: 48 rows of 3 blocks
+     * through the kit's {@code checkPackedCopyScales} (scales of every kind, codes over the whole int8 range, panels
+     * equal {@code decode} bit for bit, products FP64 within 1e-5 of the products' magnitudes, both layouts of {@link
+     * Q8_0Columns#PAIRED}; a matrix with one infinite or NaN scale is not packed). Skipped without 16 float lanes,
+     * where nothing is packed.
+     */
+    @Test
+    void q8_0PackedCopyKeepsEveryKindOfScale() {
+        org.junit.jupiter.api.Assumptions.assumeTrue(FusedDot.FLOATS.length() == Q8_0Columns.GROUP,
+                "no 16 float lanes here: Q8_0 packs nothing");
+        QuantizerTestKit.checkPackedCopyScales(new Q8_0Quantizer(), 48, 3, Q8_0Columns::pack,
+                new java.util.Random(13));
+    }
+
+    /**
      * The plugin kit on F16, whose decode-step kernel groups rows ({@code dotPreparedRows}, checked bit for bit
      * against the one-row dot). Round trip: float16 keeps 11 significant bits, so an element is off by at most 2^-11
      * of its own magnitude (the kit's data are normal float16 values).

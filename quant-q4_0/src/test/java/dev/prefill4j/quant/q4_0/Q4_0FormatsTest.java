@@ -5,8 +5,6 @@ import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
-import dev.prefill4j.api.spi.PackedMatrix;
-import dev.prefill4j.api.spi.WeightMatrix;
 import dev.prefill4j.api.testkit.QuantizerTestKit;
 import static org.junit.jupiter.api.Assumptions.assumeTrue;
 import java.lang.foreign.Arena;
@@ -72,41 +70,7 @@ class Q4_0FormatsTest {
     @Test
     void packedCopyKeepsEveryKindOfScale() {
         assumeTrue(Q4_0Quantizer.FLOATS.length() == Q4_0Columns.GROUP, "no 16 float lanes here: Q4_0 packs nothing");
-        var q = new Q4_0Quantizer();
-        int rows = 48;
-        int blocks = 4;
-        int n = 32 * blocks;
-        var fp16 = ValueLayout.JAVA_SHORT_UNALIGNED.withOrder(ByteOrder.LITTLE_ENDIAN);
-        short[] scales = {0x0000, (short) 0x8000, 0x0001, (short) 0x8001, 0x03FF, 0x0400, 0x3C00, (short) 0xBC00,
-            0x1234, (short) 0xC321, 0x7BFF, (short) 0xFBFF, 0x2E66, (short) 0x83FF, 0x0200, (short) 0xABCD};
-        Random random = new Random(11);
-        MemorySegment m = Arena.ofAuto().allocate(18L * blocks * rows);
-        for (int r = 0; r < rows; r++) {
-            for (int k = 0; k < blocks; k++) {
-                long o = 18L * (r * blocks + k);
-                m.set(fp16, o, scales[(r + 3 * k) % scales.length]);
-                for (int j = 0; j < 16; j++) {
-                    m.set(ValueLayout.JAVA_BYTE, o + 2 + j, (byte) random.nextInt());
-                }
-            }
-        }
-        float[] w = new float[rows * n];
-        q.decode(m, 0, w, 0, rows * n);
-        for (boolean paired : new boolean[] {true, false}) {
-            try (Arena arena = Arena.ofShared()) {
-                PackedMatrix p = Q4_0Columns.pack(new WeightMatrix("scales", q, m, rows, n), arena, paired)
-                        .orElseThrow();
-                QuantizerTestKit.checkPackedCopy(p, w, rows, n, random, paired ? " (pairs interleaved)"
-                        : " (groups in order)");
-            }
-        }
-        try (Arena arena = Arena.ofShared()) {
-            for (short d : new short[] {0x7C00, (short) 0xFC00, 0x7E00}) {
-                m.set(fp16, 18L * (17 * blocks + 2), d);
-                assertTrue(q.packForDecode(new WeightMatrix("scales", q, m, rows, n), arena).isEmpty(),
-                        String.format("a scale 0x%04X was packed", d & 0xFFFF));
-            }
-        }
+        QuantizerTestKit.checkPackedCopyScales(new Q4_0Quantizer(), 48, 4, Q4_0Columns::pack, new Random(11));
     }
 
     /**
