@@ -521,10 +521,10 @@ public final class Session implements AutoCloseable {
     private void forward(int[] tokens, int start, int n) {
         reserve(n);
         int dim = c.dim();
-        WeightMatrix emb = device.resident(model.embedding());
+        WeightMatrix emb = model.embedding();
         long t = tick();
         for (int i = 0; i < n; i++) {
-            device.decodeRow(model.embedding(), tokens[start + i], x, i * dim);
+            device.decodeRow(emb, tokens[start + i], x, i * dim);
         }
         tock("embedding", t, n * emb.rowBytes(), 0);
         int pos = position;

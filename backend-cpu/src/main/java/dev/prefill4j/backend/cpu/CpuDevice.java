@@ -1571,7 +1571,8 @@ final class CpuDevice implements ComputeDevice {
      * product), from the copy: its row group decoded whole ({@link PackedMatrix#decodeColumns}, the format's {@code
      * decode} to the bit) and the row taken out of it. The file's pages under {@code w} were let go when the copy was
      * made, and each lookup in the mapping brought back the pages around its row (the kernel maps cached pages near a
-     * fault): the 1B Q8_0 file's tied embedding and output matrix, 28-31 MiB of file pages during a 512-token prompt.
+     * fault): with the 1B Q8_0 file's tied embedding and output matrix, 27-28 MiB more of the file with each 512-token
+     * prompt of random tokens (Intel Xeon VM, 2026-12-07).
      */
     @Override
     public void decodeRow(WeightMatrix w, int row, float[] dst, int dstOffset) {

@@ -258,7 +258,7 @@ public interface ComputeDevice extends AutoCloseable {
      * its format's {@code decode}: the engine's token embedding lookup. The default decodes the row of {@link
      * #resident}; a device that holds a packed copy standing in for {@code w} ({@link Quantizer#packedCopyDecodes})
      * may read that instead, so that the lookups bring back none of the file's pages it let go (the CPU device's
-     * copies on a 1B Q8_0 file: 28-31 MiB of the tied embedding mapped again around the looked-up rows during a
+     * copies on a 1B Q8_0 file: 27-28 MiB of the tied embedding mapped again around the looked-up rows with each
      * 512-token prompt).
      *
      * @param w         a matrix of the model
