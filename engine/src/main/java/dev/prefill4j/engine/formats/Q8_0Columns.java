@@ -156,10 +156,11 @@ final class Q8_0Columns extends FloatPackedMatrix {
      * format's {@code dot} computes it, to float rounding; an odd last group is computed as both of a step (the same
      * bits twice).
      *
-     * <p>A copy of this loop in a harness outside the repository (two threads, 512 MiB of copy, groups in order,
-     * Intel Xeon VM, 2026-12-07) read 28.2 GB/s on 2 MiB pages and 23.4 on 4 KiB pages, against 28.4 and 25.9 for a
-     * plain loop of 64-byte loads over the same memory, and 37.7 over 16 MiB (from L3): it runs at the rate memory
-     * gives. The file's layout through {@link Q8_0Quantizer#dotPreparedRows} read 18.9-20.7 GB/s in the model that
+     * <p>A copy of this loop in a harness outside the repository (two threads, 512 MiB of copy, groups in order, the
+     * bytes converted to floats in one step where this loop widens them to int lanes first; Intel Xeon VM,
+     * 2026-12-07) read 28.2 GB/s on 2 MiB pages and 23.4 on 4 KiB pages, against 28.4 and 25.9 for a plain loop of
+     * 64-byte loads over the same memory, and 37.7 over 16 MiB (from L3): it runs at the rate memory gives. In the
+     * model, this loop: tg16 1.20-1.32x the file's layout (docs/performance-notes.md). The file's layout through {@link Q8_0Quantizer#dotPreparedRows} read 18.9-20.7 GB/s in the model that
      * hour ({@code bench -m 1b-q8_0.gguf -p 16 -n 32 -r 2 --profile}).
      */
     @Override
