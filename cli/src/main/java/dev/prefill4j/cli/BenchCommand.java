@@ -84,6 +84,11 @@ final class BenchCommand implements Callable<Integer> {
      * layer, and on the 1B Q4_0 file 1.4-2.6 MiB a token.
      */
     static final long ALLOCATION_WARNING_BYTES_PER_LAYER = 64 * 1024;
+    /**
+     * Clears a test's progress line. A constant: concatenated where the first test ends, it spun a class (string
+     * concatenation's method handles) between the timed tests (see {@link #row}).
+     */
+    private static final String CLEAR_PROGRESS = "\r" + " ".repeat(40) + "\r";
 
     @Mixin
     EngineOptions engine;
@@ -166,6 +171,7 @@ final class BenchCommand implements Callable<Integer> {
             SessionOptions base = engine.sessionOptions(0);
             String name = model.synthetic() ? model.source() + " (synthetic)" : model.source();
             List<String> tests = new ArrayList<>();
+            List<Timed> timed = new ArrayList<>();
             for (int p : prompts) {
                 tests.add("pp" + p);
             }
@@ -219,51 +225,16 @@ final class BenchCommand implements Callable<Integer> {
                         }
                     }
                 }
-                System.err.print("\r" + " ".repeat(40) + "\r");
-                double mean = Arrays.stream(tps).average().orElse(0);
-                double sd = Math.sqrt(Arrays.stream(tps).map(x -> (x - mean) * (x - mean)).sum() / Math.max(1, reps - 1));
-                double median = median(tps);
-                // FLOPs of the whole test divided by its median time.
-                double flops = pp ? c.flops(0, n, 1) : c.flops(0, n, n);
-                double gflops = flops / (n / median) / 1e9;
-                Map<String, Object> row = new LinkedHashMap<>();
-                row.put("model", name);
-                row.put("synthetic", model.synthetic());
-                row.put("format", model.formatSummary());
-                row.put("size_bytes", model.weightBytes());
-                row.put("params", c.parameters());
-                row.put("backend", e.device().description());
-                row.put("kv_type", base.kvType().name().toLowerCase(Locale.ROOT).replace('_', '-'));
-                row.put("activations", base.activations().name().toLowerCase(Locale.ROOT).replace('_', '-'));
-                row.put("chunk", e.chunkSize(model, base.withContextLength(ctx)));
-                row.put("warm_up_tokens", warmUp * warmUpPasses);
-                row.put("warm_up_passes", warmUpPasses);
-                row.put("test", test);
-                row.put("tokens_per_s_mean", mean);
-                row.put("tokens_per_s_sd", sd);
-                row.put("tokens_per_s_median", median);
-                row.put("samples", tps);
-                row.put("gflops", gflops);
-                double[] ofPeak = new double[reps];
-                for (int r = 0; r < reps; r++) {
-                    ofPeak[r] = 100 * flops * tps[r] / n / 1e9 / peaks[r];
-                }
-                row.put("fma_peak_gflops_at_runs", peaks);
-                row.put("percent_of_fma_peak_at_runs", median(ofPeak));
-                if (!pp) {
-                    long kvBytes = (long) c.layers() * 2 * n * base.kvType().rowBytes(c.kvDim());
-                    double perToken = model.bytesPerToken() + kvBytes / 2.0;
-                    row.put("bytes_per_token", perToken);
-                    row.put("read_gb_s", perToken * median / 1e9);
-                }
-                putHeapAllocation(row, heap, n, pp ? (long) Float.BYTES * c.vocab() : (long) Float.BYTES * c.vocab() * n,
-                        c.layers());
-                if (ops != null) {
-                    row.put("operations", operations(ops, (long) n * reps, timedNanos));
-                    row.put("profiled_share", (double) ops.totalNanos() / timedNanos);
-                }
-                row.put("verification", null); // set once the timed runs are over
-                results.add(row);
+                System.err.print(CLEAR_PROGRESS);
+                timed.add(new Timed(test, pp, n, ctx, warmUp * warmUpPasses, warmUpPasses, tps, peaks, heap, ops,
+                        timedNanos));
+            }
+            // The rows are made once every test has run: their code (streams, sorting, the model's summary, string
+            // concatenation) runs for the first time there, and its lambdas and method handles spun classes between
+            // the pp and tg tests, whose compilation by C2 (MethodType.makeImpl, 22 MB of arena, -XX:CompileCommand=
+            // MemStat) came on top of the whole resident model.
+            for (Timed t : timed) {
+                results.add(row(t, e, model, base, name));
             }
             // The aim is for loading the model and running the pp/tg tests: read here, before what comes on top of
             // them: the depth tests' synthetic KV (a million positions in RAM, or the SSD store's buffers), the burst
@@ -636,6 +607,66 @@ final class BenchCommand implements Callable<Integer> {
      */
     static int warmUpTokens(boolean pp, int n, int ctx) {
         return pp ? n : Math.max(n, Math.min(TG_WARM_UP_TOKENS, ctx - 1));
+    }
+
+    /** One pp or tg test's timed runs, as measured; {@link #row} makes its result row from them. */
+    private record Timed(String test, boolean pp, int n, int ctx, int warmUpTokens, int warmUpPasses, double[] tps,
+                         double[] peaks, long[] heap, OpProfile ops, long timedNanos) {
+    }
+
+    /** {@return the result row of a pp or tg test, its verification still to be set} */
+    private static Map<String, Object> row(Timed t, Engine e, LlamaModel model, SessionOptions base, String name) {
+        LlamaConfig c = model.config();
+        boolean pp = t.pp();
+        int n = t.n();
+        double[] tps = t.tps();
+        int reps = tps.length;
+        double[] peaks = t.peaks();
+        OpProfile ops = t.ops();
+        double mean = Arrays.stream(tps).average().orElse(0);
+        double sd = Math.sqrt(Arrays.stream(tps).map(x -> (x - mean) * (x - mean)).sum() / Math.max(1, reps - 1));
+        double median = median(tps);
+        // FLOPs of the whole test divided by its median time.
+        double flops = pp ? c.flops(0, n, 1) : c.flops(0, n, n);
+        double gflops = flops / (n / median) / 1e9;
+        Map<String, Object> row = new LinkedHashMap<>();
+        row.put("model", name);
+        row.put("synthetic", model.synthetic());
+        row.put("format", model.formatSummary());
+        row.put("size_bytes", model.weightBytes());
+        row.put("params", c.parameters());
+        row.put("backend", e.device().description());
+        row.put("kv_type", base.kvType().name().toLowerCase(Locale.ROOT).replace('_', '-'));
+        row.put("activations", base.activations().name().toLowerCase(Locale.ROOT).replace('_', '-'));
+        row.put("chunk", e.chunkSize(model, base.withContextLength(t.ctx())));
+        row.put("warm_up_tokens", t.warmUpTokens());
+        row.put("warm_up_passes", t.warmUpPasses());
+        row.put("test", t.test());
+        row.put("tokens_per_s_mean", mean);
+        row.put("tokens_per_s_sd", sd);
+        row.put("tokens_per_s_median", median);
+        row.put("samples", tps);
+        row.put("gflops", gflops);
+        double[] ofPeak = new double[reps];
+        for (int r = 0; r < reps; r++) {
+            ofPeak[r] = 100 * flops * tps[r] / n / 1e9 / peaks[r];
+        }
+        row.put("fma_peak_gflops_at_runs", peaks);
+        row.put("percent_of_fma_peak_at_runs", median(ofPeak));
+        if (!pp) {
+            long kvBytes = (long) c.layers() * 2 * n * base.kvType().rowBytes(c.kvDim());
+            double perToken = model.bytesPerToken() + kvBytes / 2.0;
+            row.put("bytes_per_token", perToken);
+            row.put("read_gb_s", perToken * median / 1e9);
+        }
+        putHeapAllocation(row, t.heap(), n, pp ? (long) Float.BYTES * c.vocab() : (long) Float.BYTES * c.vocab() * n,
+                c.layers());
+        if (ops != null) {
+            row.put("operations", operations(ops, (long) n * reps, t.timedNanos()));
+            row.put("profiled_share", (double) ops.totalNanos() / t.timedNanos());
+        }
+        row.put("verification", null); // set once the timed runs are over
+        return row;
     }
 
     /**

@@ -6,9 +6,12 @@ import dev.prefill4j.api.spi.AttentionKernel;
 import dev.prefill4j.api.spi.AttentionRequest;
 import dev.prefill4j.api.spi.ComputeDevice;
 import dev.prefill4j.api.spi.KVCache;
+import dev.prefill4j.api.spi.KVElementType;
 import dev.prefill4j.api.spi.KVPage;
+import java.lang.foreign.MemorySegment;
 import java.util.ArrayDeque;
 import java.util.Arrays;
+import java.util.concurrent.atomic.AtomicBoolean;
 import jdk.incubator.vector.FloatVector;
 import jdk.incubator.vector.VectorOperators;
 
@@ -167,6 +170,9 @@ public final class CpuAttention implements Attention {
 
     private static void attend(ComputeDevice device, ThreadLocal<Scratch> scratch, AttentionRequest r) {
         KVCache cache = r.cache();
+        if (!ONE_ROW_READY.get() && ONE_ROW_READY.compareAndSet(false, true)) {
+            readyOneRowKernels(r.headDim(), cache.config().elementType(), cache.config().kvDim());
+        }
         if (cache.length(r.layer()) < r.startPos() + r.queries()) {
             throw new IllegalStateException("layer " + r.layer() + " holds " + cache.length(r.layer())
                     + " positions, attention needs " + (r.startPos() + r.queries()));
@@ -348,6 +354,39 @@ public final class CpuAttention implements Attention {
                 int x = o + d * padded;
                 total.acc[x] = Math.fma(part.acc[x], b, total.acc[x] * a);
             }
+        }
+    }
+
+    /** Whether {@link #readyOneRowKernels} has run in this process. */
+    private static final AtomicBoolean ONE_ROW_READY = new AtomicBoolean();
+    /** Tiles {@link #readyOneRowKernels} runs: {@link #scores1} and {@link #values1} past C2's thresholds. */
+    private static final int READY_TILES = 700;
+
+    /**
+     * Runs {@link #tile} over a tile of zeros for one vector of query rows, as a decode step's does, so that C2
+     * compiles the one-vector kernels ({@link #scores1}, {@link #values1}) and that arm of {@code tile} at the first
+     * attention call, a prompt's first layer, while little of the model is resident. Left to the first decode step,
+     * those compilations came after the whole model had come in, their arenas (10.4 MB for {@code values1}, 7.0 and
+     * 5.4 for {@code scores1}, {@code -XX:CompileCommand=MemStat}) on top of it, and {@code tile}, compiled from
+     * prompts' profiles that had never taken the one-vector arm, was compiled again.
+     *
+     * @param hd     head dimension
+     * @param type   the cache's element type (its decoding is the one compiled already)
+     * @param kvDim  the cache's row width
+     */
+    private static void readyOneRowKernels(int hd, KVElementType type, int kvDim) {
+        int n = tile(hd);
+        MemorySegment zeros = MemorySegment.ofArray(new byte[Math.toIntExact(type.rowBytes(kvDim) * n)]);
+        KVPage page = new KVPage(0, n, zeros, zeros, type, kvDim);
+        Scratch s = new Scratch();
+        s.state(2 * L, hd); // both arms of state(): prompts' blocks of two vectors of rows, then a decode step's one
+        State st = s.state(L, hd);
+        float[] qT = new float[hd * L];
+        int[] pos = new int[L];
+        for (int i = 0; i < READY_TILES; i++) {
+            // Whole tiles, and tiles the rows see only part of (a decode step's last), alternately.
+            Arrays.fill(pos, (i & 1) == 0 ? n - 1 : n - 4);
+            tile(s, page, 0, n, 0, hd, new Rows(4, L, qT, pos), st, 0);
         }
     }
 
