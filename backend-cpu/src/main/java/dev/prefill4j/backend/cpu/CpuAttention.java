@@ -379,8 +379,7 @@ public final class CpuAttention implements Attention {
         MemorySegment zeros = MemorySegment.ofArray(new byte[Math.toIntExact(type.rowBytes(kvDim) * n)]);
         KVPage page = new KVPage(0, n, zeros, zeros, type, kvDim);
         Scratch s = new Scratch();
-        s.state(2 * L, hd); // both arms of state(): prompts' blocks of two vectors of rows, then a decode step's one
-        State st = s.state(L, hd);
+        State st = new State(L, hd);
         float[] qT = new float[hd * L];
         int[] pos = new int[L];
         for (int i = 0; i < READY_TILES; i++) {
