@@ -8,6 +8,7 @@ import dev.prefill4j.api.spi.ComputeDevice;
 import dev.prefill4j.api.spi.KVCache;
 import dev.prefill4j.api.spi.KVElementType;
 import dev.prefill4j.api.spi.KVPage;
+import java.lang.foreign.Arena;
 import java.lang.foreign.MemorySegment;
 import java.util.ArrayDeque;
 import java.util.Arrays;
@@ -376,16 +377,20 @@ public final class CpuAttention implements Attention {
      */
     private static void readyOneRowKernels(int hd, KVElementType type, int kvDim) {
         int n = tile(hd);
-        MemorySegment zeros = MemorySegment.ofArray(new byte[Math.toIntExact(type.rowBytes(kvDim) * n)]);
-        KVPage page = new KVPage(0, n, zeros, zeros, type, kvDim);
-        Scratch s = new Scratch();
-        State st = new State(L, hd);
-        float[] qT = new float[hd * L];
-        int[] pos = new int[L];
-        for (int i = 0; i < READY_TILES; i++) {
-            // Whole tiles, and tiles the rows see only part of (a decode step's last), alternately.
-            Arrays.fill(pos, (i & 1) == 0 ? n - 1 : n - 4);
-            tile(s, page, 0, n, 0, hd, new Rows(4, L, qT, pos), st, 0);
+        // Native memory, as the stores' pages are: a heap segment here would put a second segment class in the
+        // profiles that the KV rows' decoding is compiled from.
+        try (Arena arena = Arena.ofConfined()) {
+            MemorySegment zeros = arena.allocate(type.rowBytes(kvDim) * n);
+            KVPage page = new KVPage(0, n, zeros, zeros, type, kvDim);
+            Scratch s = new Scratch();
+            State st = new State(L, hd);
+            float[] qT = new float[hd * L];
+            int[] pos = new int[L];
+            for (int i = 0; i < READY_TILES; i++) {
+                // Whole tiles, and tiles the rows see only part of (a decode step's last), alternately.
+                Arrays.fill(pos, (i & 1) == 0 ? n - 1 : n - 4);
+                tile(s, page, 0, n, 0, hd, new Rows(4, L, qT, pos), st, 0);
+            }
         }
     }
 
