@@ -66,6 +66,21 @@ final class Workspace {
             return hidden < ffnDim;
         }
 
+        /**
+         * {@return whether buffers made for this shape serve a session of shape {@code needed}: at least its rows,
+         * and every size per row the same} Field by field, not through the record's {@code equals}: that one is
+         * made at its first call ({@code java.lang.runtime.ObjectMethods}, some thirty classes of method handles
+         * spun), which came as a process's second session took the first one's buffers, with the whole model
+         * resident. A component added to this record belongs here too.
+         *
+         * @param needed the shape a session asks for
+         */
+        boolean serves(Shape needed) {
+            return rows >= needed.rows && dim == needed.dim && qDim == needed.qDim && kvDim == needed.kvDim
+                    && ffnDim == needed.ffnDim && hidden == needed.hidden && up == needed.up
+                    && quantizedPerRow == needed.quantizedPerRow && encodedRowBytes == needed.encodedRowBytes;
+        }
+
         /** {@return this shape for {@code n} rows} @param n token rows */
         Shape withRows(int n) {
             return new Shape(n, dim, qDim, kvDim, ffnDim, hidden, up, quantizedPerRow, encodedRowBytes);
@@ -146,8 +161,7 @@ final class Workspace {
          */
         Workspace take(Shape shape) {
             Workspace w = idle.getAndSet(null);
-            return w != null && w.shape.rows() >= shape.rows() && w.shape.equals(shape.withRows(w.shape.rows())) ? w
-                    : new Workspace(shape);
+            return w != null && w.shape.serves(shape) ? w : new Workspace(shape);
         }
 
         /** Keeps {@code w} for the next session; its session must not use it any more. @param w the workspace */

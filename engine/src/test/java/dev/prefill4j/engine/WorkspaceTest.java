@@ -8,6 +8,7 @@ import static org.junit.jupiter.api.Assertions.assertSame;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import dev.prefill4j.engine.formats.F16Quantizer;
+import dev.prefill4j.engine.formats.Q8_0Quantizer;
 import dev.prefill4j.engine.model.LlamaConfig;
 import java.util.Map;
 import org.junit.jupiter.api.Test;
@@ -74,5 +75,17 @@ class WorkspaceTest {
         pool.give(larger);
         LlamaConfig other = new LlamaConfig(2048, 4096, 16, 32, 8, 64, 128256, 131072, 64, 500000f, 1e-5f);
         assertNotSame(larger, pool.take(Workspace.Shape.of(other, 16, Map.of())), "another FFN width");
+        Workspace whole = pool.take(Workspace.Shape.of(LLAMA_1B, 64, Map.of()));
+        pool.give(whole);
+        assertNotSame(whole, pool.take(Workspace.Shape.of(LLAMA_1B, 16, Map.of(), 2048)), "the FFN in blocks");
+        pool.give(whole);
+        F16Quantizer f16 = new F16Quantizer();
+        Workspace quantized = pool.take(Workspace.Shape.of(LLAMA_1B, 16, Map.of(f16, f16)));
+        assertNotSame(whole, quantized, "quantized activations");
+        pool.give(quantized);
+        assertNotSame(quantized, pool.take(Workspace.Shape.of(LLAMA_1B, 16, Map.of(f16, new Q8_0Quantizer()))),
+                "activations in another format");
+        pool.give(whole);
+        assertSame(whole, pool.take(Workspace.Shape.of(LLAMA_1B, 64, Map.of())), "the same shape");
     }
 }
