@@ -14,6 +14,7 @@ import jdk.incubator.vector.FloatVector;
 import jdk.incubator.vector.IntVector;
 import jdk.incubator.vector.ShortVector;
 import jdk.incubator.vector.VectorOperators;
+import jdk.incubator.vector.VectorSpecies;
 
 /**
  * A Q8_0 matrix laid out with 16 rows side by side, one row a float lane, for the decode steps' products with
@@ -43,6 +44,14 @@ final class Q8_0Columns extends FloatPackedMatrix {
     /** Whether copies interleave each pair of groups' blocks ({@link Blocks#PAIRED_GROUPS}). */
     static final boolean PAIRED = Blocks.PAIRED_GROUPS;
     private static final ByteOrder LE = ByteOrder.LITTLE_ENDIAN;
+    /** What {@link #dotRows} and {@link #decodeColumns} work in: 16 float lanes, 16 int, 16 bytes, 16 fp16 scales. */
+    private static final VectorSpecies<Float> FLOATS = FloatVector.SPECIES_512;
+    private static final VectorSpecies<Integer> INTS = IntVector.SPECIES_512;
+    private static final VectorSpecies<Byte> BYTES = ByteVector.SPECIES_128;
+    private static final VectorSpecies<Short> HALVES = ShortVector.SPECIES_256;
+    private static final VectorOperators.Conversion<Short, Integer> S2I = VectorOperators.S2I;
+    private static final VectorOperators.Conversion<Byte, Integer> B2I = VectorOperators.B2I;
+    private static final VectorOperators.Conversion<Integer, Float> I2F = VectorOperators.I2F;
     /** 2^112: an fp16's exponent and mantissa moved to a float's places are its value times 2^-112, exactly. */
     private static final float FP16_BIAS = 0x1p112f;
     /** The bits kept of a sign-extended fp16 shifted left by 13: exponent, mantissa and sign (bit 31). */
@@ -149,31 +158,25 @@ final class Q8_0Columns extends FloatPackedMatrix {
     }
 
     /**
-     * Two groups of 16 rows a step (each activation broadcast once for both), per block: 32 loads of 16 bytes from
-     * each group, each widened to 16 float lanes and converted and multiplied with {@code x[j]} into one of two running sums (even
-     * and odd {@code j}, so that four chains of FMAs run at once); the two sums added and accumulated times the 16
-     * rows' scales, block after block. Each row's product is {@code sum over blocks of d * (sum of q x)}, as the
+     * Two groups of 16 rows a step (each activation broadcast once for both), per block: 32 loads of 16 bytes from each
+     * group, each widened to 16 float lanes and converted and multiplied with {@code x[j]} into one of two running sums
+     * (even and odd {@code j}, so that four chains of FMAs run at once); the two sums added and accumulated times the
+     * 16 rows' scales, block after block. Each row's product is {@code sum over blocks of d * (sum of q x)}, as the
      * format's {@code dot} computes it, to float rounding; an odd last group is computed as both of a step (the same
      * bits twice).
      *
      * <p>A copy of this loop in a harness outside the repository (two threads, 512 MiB of copy, groups in order, the
-     * bytes converted to floats in one step where this loop widens them to int lanes first; Intel Xeon VM,
-     * 2026-12-07) read 28.2 GB/s on 2 MiB pages and 23.4 on 4 KiB pages, against 28.4 and 25.9 for a plain loop of
-     * 64-byte loads over the same memory, and 37.7 over 16 MiB (from L3): it runs at the rate memory gives. In the
-     * model, this loop: tg16 1.20-1.32x the file's layout (docs/performance-notes.md). The file's layout through {@link Q8_0Quantizer#dotPreparedRows} read 18.9-20.7 GB/s in the model that
-     * hour ({@code bench -m 1b-q8_0.gguf -p 16 -n 32 -r 2 --profile}).
+     * bytes converted to floats in one step where this loop widens them to int lanes first; Intel Xeon VM, 2026-12-07)
+     * read 28.2 GB/s on 2 MiB pages and 23.4 on 4 KiB pages, against 28.4 and 25.9 for a plain loop of 64-byte loads
+     * over the same memory, and 37.7 over 16 MiB (from L3): it runs at the rate memory gives. In the model, this loop:
+     * tg16 1.20-1.32x the file's layout (docs/performance-notes.md). The file's layout through {@link
+     * Q8_0Quantizer#dotPreparedRows} read 18.9-20.7 GB/s in the model that hour ({@code bench -m 1b-q8_0.gguf -p 16 -n
+     * 32 -r 2 --profile}).
      */
     @Override
     public void dotRows(int firstRow, int rows, float[] prepared, float[] out, int outIndex) {
         Blocks.checkRowGroups(firstRow, rows, GROUP);
-        var f = FloatVector.SPECIES_512;
-        var ints = IntVector.SPECIES_512;
-        var bytes = ByteVector.SPECIES_128;
-        var halves = ShortVector.SPECIES_256;
-        var s2i = VectorOperators.S2I;
-        var b2i = VectorOperators.B2I;
-        var i2f = VectorOperators.I2F;
-        FloatVector bias = FloatVector.broadcast(f, FP16_BIAS);
+        FloatVector bias = FloatVector.broadcast(FLOATS, FP16_BIAS);
         MemorySegment w = copy();
         for (int g = firstRow / GROUP, end = (firstRow + rows) / GROUP; g < end; g += 2) {
             boolean pair = g + 1 < end;
@@ -181,7 +184,7 @@ final class Q8_0Columns extends FloatPackedMatrix {
             long step = Blocks.groupBlockStride(g, groups, paired, GROUP_BLOCK_BYTES);
             long first2 = pair ? Blocks.groupBlockOffset(g + 1, 0, blocks, groups, paired, GROUP_BLOCK_BYTES) : first;
             long step2 = pair ? Blocks.groupBlockStride(g + 1, groups, paired, GROUP_BLOCK_BYTES) : step;
-            FloatVector acc = FloatVector.zero(f);
+            FloatVector acc = FloatVector.zero(FLOATS);
             FloatVector acc2 = acc;
             for (int b = 0; b < blocks; b++) {
                 long o = first + b * step;
@@ -189,26 +192,27 @@ final class Q8_0Columns extends FloatPackedMatrix {
                 int x = b * Q8_0Quantizer.QK;
                 // The 16 rows' scales (see SCALE_BITS), written out here as Q4_0Columns does: a helper returning the
                 // vector can be left out of line by C2 and box it at every call.
-                FloatVector d = ((IntVector) ShortVector.fromMemorySegment(halves, w, o, LE).convertShape(s2i, ints, 0))
+                FloatVector d = ((IntVector) ShortVector.fromMemorySegment(HALVES, w, o, LE).convertShape(S2I, INTS, 0))
                         .lanewise(VectorOperators.LSHL, 13).and(SCALE_BITS).reinterpretAsFloats().mul(bias);
-                FloatVector d2 = ((IntVector) ShortVector.fromMemorySegment(halves, w, o2, LE).convertShape(s2i, ints, 0))
+                FloatVector d2 = ((IntVector) ShortVector.fromMemorySegment(HALVES, w, o2, LE)
+                        .convertShape(S2I, INTS, 0))
                         .lanewise(VectorOperators.LSHL, 13).and(SCALE_BITS).reinterpretAsFloats().mul(bias);
-                FloatVector s0 = FloatVector.zero(f);
+                FloatVector s0 = FloatVector.zero(FLOATS);
                 FloatVector s1 = s0;
                 FloatVector s2 = s0;
                 FloatVector s3 = s0;
                 for (int j = 0; j < Q8_0Quantizer.QK; j += 2) {
-                    FloatVector x0 = FloatVector.broadcast(f, prepared[x + j]);
-                    FloatVector x1 = FloatVector.broadcast(f, prepared[x + j + 1]);
+                    FloatVector x0 = FloatVector.broadcast(FLOATS, prepared[x + j]);
+                    FloatVector x1 = FloatVector.broadcast(FLOATS, prepared[x + j + 1]);
                     long at = 2 * GROUP + (long) GROUP * j;
-                    s0 = ((FloatVector) ((IntVector) ByteVector.fromMemorySegment(bytes, w, o + at, LE)
-                            .convertShape(b2i, ints, 0)).convert(i2f, 0)).fma(x0, s0);
-                    s1 = ((FloatVector) ((IntVector) ByteVector.fromMemorySegment(bytes, w, o + at + GROUP, LE)
-                            .convertShape(b2i, ints, 0)).convert(i2f, 0)).fma(x1, s1);
-                    s2 = ((FloatVector) ((IntVector) ByteVector.fromMemorySegment(bytes, w, o2 + at, LE)
-                            .convertShape(b2i, ints, 0)).convert(i2f, 0)).fma(x0, s2);
-                    s3 = ((FloatVector) ((IntVector) ByteVector.fromMemorySegment(bytes, w, o2 + at + GROUP, LE)
-                            .convertShape(b2i, ints, 0)).convert(i2f, 0)).fma(x1, s3);
+                    s0 = ((FloatVector) ((IntVector) ByteVector.fromMemorySegment(BYTES, w, o + at, LE)
+                            .convertShape(B2I, INTS, 0)).convert(I2F, 0)).fma(x0, s0);
+                    s1 = ((FloatVector) ((IntVector) ByteVector.fromMemorySegment(BYTES, w, o + at + GROUP, LE)
+                            .convertShape(B2I, INTS, 0)).convert(I2F, 0)).fma(x1, s1);
+                    s2 = ((FloatVector) ((IntVector) ByteVector.fromMemorySegment(BYTES, w, o2 + at, LE)
+                            .convertShape(B2I, INTS, 0)).convert(I2F, 0)).fma(x0, s2);
+                    s3 = ((FloatVector) ((IntVector) ByteVector.fromMemorySegment(BYTES, w, o2 + at + GROUP, LE)
+                            .convertShape(B2I, INTS, 0)).convert(I2F, 0)).fma(x1, s3);
                 }
                 acc = s0.add(s1).fma(d, acc);
                 acc2 = s2.add(s3).fma(d2, acc2);
@@ -230,14 +234,7 @@ final class Q8_0Columns extends FloatPackedMatrix {
                               int dstStride) {
         int qk = Q8_0Quantizer.QK;
         Blocks.checkColumns(this, firstRow, rows, fromCol, cols, dstStride);
-        var f = FloatVector.SPECIES_512;
-        var ints = IntVector.SPECIES_512;
-        var bytes = ByteVector.SPECIES_128;
-        var halves = ShortVector.SPECIES_256;
-        var s2i = VectorOperators.S2I;
-        var b2i = VectorOperators.B2I;
-        var i2f = VectorOperators.I2F;
-        FloatVector bias = FloatVector.broadcast(f, FP16_BIAS);
+        FloatVector bias = FloatVector.broadcast(FLOATS, FP16_BIAS);
         MemorySegment w = copy();
         for (int g = firstRow / GROUP, end = (firstRow + rows) / GROUP; g < end; g++) {
             int rowAt = dstOffset + g * GROUP - firstRow;
@@ -245,12 +242,12 @@ final class Q8_0Columns extends FloatPackedMatrix {
             long step = Blocks.groupBlockStride(g, groups, paired, GROUP_BLOCK_BYTES);
             for (int b = fromCol / qk, last = (fromCol + cols) / qk; b < last; b++) {
                 long o = first + b * step;
-                FloatVector d = ((IntVector) ShortVector.fromMemorySegment(halves, w, o, LE).convertShape(s2i, ints, 0))
+                FloatVector d = ((IntVector) ShortVector.fromMemorySegment(HALVES, w, o, LE).convertShape(S2I, INTS, 0))
                         .lanewise(VectorOperators.LSHL, 13).and(SCALE_BITS).reinterpretAsFloats().mul(bias);
                 int at = rowAt + (b * qk - fromCol) * dstStride;
                 for (int j = 0; j < qk; j++) {
-                    ((FloatVector) ((IntVector) ByteVector.fromMemorySegment(bytes, w, o + 2 * GROUP + (long) GROUP * j,
-                            LE).convertShape(b2i, ints, 0)).convert(i2f, 0)).mul(d).intoArray(dst, at + j * dstStride);
+                    ((FloatVector) ((IntVector) ByteVector.fromMemorySegment(BYTES, w, o + 2 * GROUP + (long) GROUP * j,
+                            LE).convertShape(B2I, INTS, 0)).convert(I2F, 0)).mul(d).intoArray(dst, at + j * dstStride);
                 }
             }
         }
