@@ -23,7 +23,7 @@ import org.junit.jupiter.params.ParameterizedTest;
 import org.junit.jupiter.params.provider.ValueSource;
 
 /**
- * Ternary, Q4_K, Q6_K and Q8_0 matrices mapped read-only from files: the CPU device's products with float32
+ * Ternary, Q4_0, Q4_K, Q6_K and Q8_0 matrices mapped read-only from files: the CPU device's products with float32
  * activations, prompts' included, and its rows decoded for the embedding lookup ({@code ComputeDevice.decodeRow}),
  * read the packed copy it makes at a matrix's first product ({@code Quantizer.packedCopyDecodes}, {@code
  * PackedMatrix.decodeColumns}), so the file's pages can go. To see that nothing reads the file after that, the test
@@ -49,7 +49,7 @@ class PackedPromptTest {
     Path dir;
 
     @ParameterizedTest
-    @ValueSource(strings = {"tq2_0", "tq1_0", "q4_k", "q6_k", "q8_0"})
+    @ValueSource(strings = {"tq2_0", "tq1_0", "q4_0", "q4_k", "q6_k", "q8_0"})
     void promptsReadThePackedCopyNotTheFile(String id) throws IOException {
         PluginRegistry registry = PluginRegistry.load();
         Quantizer q = registry.quantizer(id).orElseThrow();
