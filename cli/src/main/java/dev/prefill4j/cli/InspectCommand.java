@@ -1,5 +1,6 @@
 package dev.prefill4j.cli;
 
+import dev.prefill4j.api.PrefillException;
 import dev.prefill4j.api.spi.Quantizer;
 import dev.prefill4j.engine.gguf.GgufArray;
 import dev.prefill4j.engine.gguf.GgufContent;
@@ -25,8 +26,13 @@ import picocli.CommandLine.Parameters;
         description = "Show a model file's metadata and, per tensor, its name, shape, type and the module that "
                 + "decodes it (or the module to add).")
 final class InspectCommand implements Callable<Integer> {
-    @Parameters(paramLabel = "MODEL", description = "GGUF file, or llama2.c .bin (with --tokenizer).")
-    Path model;
+    @Parameters(paramLabel = "MODEL", arity = "0..1",
+            description = "GGUF file, or llama2.c .bin (with --tokenizer); or give it with -m.")
+    Path modelArgument;
+
+    @Option(names = {"-m", "--model"}, paramLabel = "FILE",
+            description = "The model file, as run and bench take it (instead of MODEL).")
+    Path modelOption;
 
     @Option(names = "--tokenizer", paramLabel = "FILE", description = "llama2.c tokenizer.bin.")
     Path tokenizer;
@@ -89,7 +95,21 @@ final class InspectCommand implements Callable<Integer> {
         }
     }
 
+    /** The model file, from MODEL or -m (one of them, not both). */
+    private Path model() {
+        if (modelArgument != null && modelOption != null) {
+            throw new PrefillException(PrefillException.Code.ARGUMENT,
+                    "the model is given twice (MODEL and -m); give it once");
+        }
+        if (modelArgument == null && modelOption == null) {
+            throw new PrefillException(PrefillException.Code.ARGUMENT,
+                    "no model given; use 'prefill4j inspect MODEL' or 'prefill4j inspect -m MODEL'");
+        }
+        return modelArgument != null ? modelArgument : modelOption;
+    }
+
     private AutoCloseableContent open() {
+        Path model = model();
         if (tokenizer != null) {
             Llama2cCheckpoint ck = Llama2cCheckpoint.open(model, tokenizer);
             return new AutoCloseableContent(ck, ck);

@@ -43,10 +43,26 @@ final class PluginsCommand implements Callable<Integer> {
             System.out.print(Json.write(doc));
             return 0;
         }
-        System.out.printf("%-10s %-10s %-28s %-16s %-5s %s%n", "spi", "id", "module", "version", "api", "description");
+        List<String[]> table = new ArrayList<>();
+        table.add(new String[] {"spi", "id", "module", "version", "api", "description"});
         for (PluginInfo p : registry.plugins()) {
-            System.out.printf("%-10s %-10s %-28s %-16s %-5s %s%s%n", p.spi(), p.id(), p.module(), p.version(),
-                    p.apiVersion(), p.description(), p.availability().equals("available") ? "" : " [" + p.availability() + "]");
+            table.add(new String[] {p.spi(), p.id(), p.module(), p.version(), p.apiVersion(), p.description()
+                    + (p.availability().equals("available") ? "" : " [" + p.availability() + "]")});
+        }
+        // Each column as wide as its longest entry (ids such as q8_0-activations are longer than most), the
+        // description last and unpadded.
+        int[] width = new int[table.getFirst().length - 1];
+        for (String[] row : table) {
+            for (int c = 0; c < width.length; c++) {
+                width[c] = Math.max(width[c], row[c].length());
+            }
+        }
+        for (String[] row : table) {
+            StringBuilder line = new StringBuilder();
+            for (int c = 0; c < width.length; c++) {
+                line.append(row[c]).append(" ".repeat(width[c] - row[c].length() + 1));
+            }
+            System.out.println(line.append(row[width.length]));
         }
         for (String problem : registry.problems()) {
             System.out.println("skipped: " + problem);

@@ -246,6 +246,46 @@ class CliTest {
         assertTrue(r.out().contains("\"version\": \"0.1.0-SNAPSHOT\""), r.out());
     }
 
+    /**
+     * The table's columns line up whatever the ids' lengths: in every row the module starts where the header's
+     * "module" does, and the version where "version" does (ids such as {@code q8_0-activations} are longer than
+     * most).
+     */
+    @Test
+    void pluginsTableKeepsItsColumns() throws Exception {
+        Cli.Result r = Cli.run("plugins");
+        assertEquals(0, r.exit(), r.toString());
+        List<String> lines = r.out().lines().filter(l -> !l.startsWith("skipped: ")).toList();
+        String header = lines.getFirst();
+        assertTrue(header.startsWith("spi "), r.out());
+        assertTrue(lines.stream().anyMatch(l -> l.contains(" q8_0-activations ")), r.out());
+        for (String line : lines.subList(1, lines.size())) {
+            assertEquals(header.indexOf("module"), line.indexOf("dev.prefill4j."), line);
+            assertEquals(header.indexOf("version"), line.indexOf("0.1.0-SNAPSHOT"), line);
+        }
+    }
+
+    /**
+     * inspect takes the model as run and bench do ({@code -m}) as well as bare: the same output; neither, or both, is a
+     * one-line usage error.
+     */
+    @Test
+    void inspectTakesTheModelWithDashM() throws Exception {
+        String model = Models.require("stories260K-Q8_0.gguf").toString();
+        Cli.Result bare = Cli.run("inspect", model);
+        Cli.Result dashM = Cli.run("inspect", "-m", model);
+        assertEquals(0, bare.exit(), bare.toString());
+        assertTrue(bare.out().contains("decoded by") && bare.out().contains("q8_0 (dev.prefill4j.engine)"), bare.out());
+        assertEquals(bare.out(), dashM.out());
+        Cli.Result none = Cli.run("inspect");
+        assertEquals(2, none.exit(), none.toString());
+        assertEquals("prefill4j: error: no model given; use 'prefill4j inspect MODEL' or 'prefill4j inspect -m MODEL'"
+                + " [P4J-ARG]", none.err().strip(), none.toString());
+        Cli.Result both = Cli.run("inspect", model, "-m", model);
+        assertEquals(2, both.exit(), both.toString());
+        assertTrue(both.err().contains("given twice"), both.toString());
+    }
+
     /** Decode at depth over synthetic KV in the ssd store, with bursts; the file is gone afterwards. */
     @Test
     void benchAtDepthWithSyntheticKv() throws Exception {
