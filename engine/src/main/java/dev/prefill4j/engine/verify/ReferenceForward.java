@@ -1,6 +1,7 @@
 package dev.prefill4j.engine.verify;
 
 import dev.prefill4j.api.Api;
+import dev.prefill4j.api.spi.KVElementType;
 import dev.prefill4j.api.spi.Quantizer;
 import dev.prefill4j.api.spi.WeightMatrix;
 import dev.prefill4j.engine.model.LlamaConfig;
@@ -26,15 +27,33 @@ public final class ReferenceForward {
     private final LlamaModel model;
     private final LlamaConfig c;
     private final Map<Quantizer, Quantizer> activationFormats;
+    private final KVElementType kvType;
 
     /**
+     * The reference with K and V kept in FP64.
+     *
      * @param model             the model
      * @param activationFormats weight format to activation format; empty for float32 activations
      */
     public ReferenceForward(LlamaModel model, Map<Quantizer, Quantizer> activationFormats) {
+        this(model, activationFormats, KVElementType.F32);
+    }
+
+    /**
+     * The reference with each position's K (after RoPE) and V rounded as a KV cache of {@code kvType} stores them
+     * ({@link KVElementType#encode}, then {@link KVElementType#decode}) before attention reads them; {@code F32}
+     * keeps them in FP64.
+     *
+     * @param model             the model
+     * @param activationFormats weight format to activation format; empty for float32 activations
+     * @param kvType            the KV cache element type whose rounding to apply
+     * @since 0.1
+     */
+    public ReferenceForward(LlamaModel model, Map<Quantizer, Quantizer> activationFormats, KVElementType kvType) {
         this.model = model;
         this.c = model.config();
         this.activationFormats = Map.copyOf(activationFormats);
+        this.kvType = kvType;
     }
 
     /** {@return logits {@code [tokens.length][vocab]}} @param tokens the prompt */
@@ -59,6 +78,8 @@ public final class ReferenceForward {
                 v[t] = mul(w.wv(), xn);
                 rope(q[t], c.heads(), t);
                 rope(k[t], c.kvHeads(), t);
+                k[t] = stored(k[t]);
+                v[t] = stored(v[t]);
             }
             for (int t = 0; t < n; t++) {
                 double[] att = new double[c.qDim()];
@@ -103,6 +124,25 @@ public final class ReferenceForward {
             }
         }
         return out;
+    }
+
+    /** {@return one position's K or V row as the KV cache gives it back: through float32 and {@link #kvType}} */
+    private double[] stored(double[] row) {
+        if (kvType == KVElementType.F32) {
+            return row;
+        }
+        float[] f = new float[row.length];
+        for (int i = 0; i < f.length; i++) {
+            f[i] = (float) row[i];
+        }
+        MemorySegment cell = MemorySegment.ofArray(new byte[(int) kvType.rowBytes(f.length)]);
+        kvType.encode(f, 0, f.length, cell, 0);
+        kvType.decode(cell, 0, 0, f.length, f, 0);
+        double[] d = new double[f.length];
+        for (int i = 0; i < f.length; i++) {
+            d[i] = f[i];
+        }
+        return d;
     }
 
     private static double[] row(WeightMatrix w, int r) {
