@@ -190,7 +190,13 @@ final class BenchCommand implements Callable<Integer> {
                 long[] heap = new long[reps];
                 OpProfile ops = profile ? new OpProfile(currentThreadAllocatedBytes()) : null;
                 long timedNanos = 0;
-                int ctx = Math.min(c.contextLength(), Math.max(n + 1, 512));
+                // At least 512 positions where the model was trained for them, and always the test's own: a test
+                // longer than the trained context runs past it, as llama-bench lets it (its speed is what is measured).
+                int ctx = Math.max(n + 1, Math.min(c.contextLength(), 512));
+                if (n > c.contextLength()) {
+                    System.err.printf("bench %s: runs past the model's trained context of %d positions (speed only: "
+                            + "the outputs there mean nothing)%n", test, c.contextLength());
+                }
                 largestKvBytes = Math.max(largestKvBytes, (long) c.layers() * 2 * ctx * base.kvType().rowBytes(c.kvDim()));
                 int warmUp = warmUpTokens(pp, n, ctx);
                 int warmUpPasses = warmUpPasses(pp, n);
@@ -639,6 +645,8 @@ final class BenchCommand implements Callable<Integer> {
         row.put("kv_type", base.kvType().name().toLowerCase(Locale.ROOT).replace('_', '-'));
         row.put("activations", base.activations().name().toLowerCase(Locale.ROOT).replace('_', '-'));
         row.put("chunk", e.chunkSize(model, base.withContextLength(t.ctx())));
+        row.put("context", t.ctx());
+        row.put("beyond_trained_context", n > c.contextLength());
         row.put("warm_up_tokens", t.warmUpTokens());
         row.put("warm_up_passes", t.warmUpPasses());
         row.put("test", t.test());

@@ -286,6 +286,22 @@ class CliTest {
         assertTrue(both.err().contains("given twice"), both.toString());
     }
 
+    /**
+     * A test longer than the model's trained context (stories260K: 128 positions) runs past it, as llama-bench lets it,
+     * and says so on standard error and in the JSON; one within it does not.
+     */
+    @Test
+    void benchRunsPastTheTrainedContextAndSaysSo() throws Exception {
+        Cli.Result r = Cli.run("bench", "-m", Models.require("stories260K-F32.gguf").toString(), "-p", "100,200", "-n",
+                "0", "-r", "1", "--verify-tokens", "0", "--json");
+        assertEquals(0, r.exit(), r.toString());
+        assertTrue(r.err().contains("bench pp200: runs past the model's trained context of 128 positions"), r.err());
+        assertFalse(r.err().contains("bench pp100: runs past"), r.err());
+        String flat = r.out().replaceAll("\\s+", " ");
+        assertTrue(flat.contains("\"context\": 201, \"beyond_trained_context\": true,"), r.out());
+        assertTrue(flat.contains("\"context\": 128, \"beyond_trained_context\": false,"), r.out());
+    }
+
     /** Decode at depth over synthetic KV in the ssd store, with bursts; the file is gone afterwards. */
     @Test
     void benchAtDepthWithSyntheticKv() throws Exception {
