@@ -48,7 +48,9 @@ final class QuantizeCommand implements Callable<Integer> {
         PluginRegistry registry = PluginRegistry.load();
         Progress progress = new Progress("quantizing to " + ft.name());
         List<ModelQuantizer.Choice> plan;
+        long inputBytes;
         try (GgufFile in = GgufFile.open(input)) {
+            inputBytes = Files.size(input);
             if (!ternary.equals("absmax") && !ternary.equals("absmean")) {
                 throw new PrefillException(PrefillException.Code.ARGUMENT, "--ternary must be absmax or absmean, got '"
                         + ternary + "'");
@@ -59,7 +61,7 @@ final class QuantizeCommand implements Callable<Integer> {
         Map<String, Integer> counts = new TreeMap<>();
         plan.forEach(c -> counts.merge(c.target().name(), 1, Integer::sum));
         System.err.printf("wrote %s (%s%s): %d tensors %s, %.2f MiB -> %.2f MiB%n", output, ft.name(),
-                pure ? ", pure" : "", plan.size(), counts, Files.size(input) / 1048576.0, Files.size(output) / 1048576.0);
+                pure ? ", pure" : "", plan.size(), counts, inputBytes / 1048576.0, Files.size(output) / 1048576.0);
         return 0;
     }
 }

@@ -3,6 +3,7 @@ package dev.prefill4j.cli;
 import dev.prefill4j.engine.BurstGeneration;
 import dev.prefill4j.engine.Engine;
 import dev.prefill4j.engine.Generation;
+import dev.prefill4j.engine.OutputFiles;
 import dev.prefill4j.api.PrefillException;
 import dev.prefill4j.engine.Sampler;
 import dev.prefill4j.engine.SamplerConfig;
@@ -82,6 +83,9 @@ final class RunCommand implements Callable<Integer> {
     public Integer call() throws IOException {
         if (nPredict < 0) {
             throw new PrefillException(PrefillException.Code.ARGUMENT, "-n must be at least 0");
+        }
+        if (logitsOut != null) { // before the model is mapped: the logits would truncate the file it is read from
+            OutputFiles.requireNotAnInput(logitsOut, "--logits-out", engine.model, engine.tokenizer);
         }
         long samplingSeed = seed != null ? seed : System.nanoTime();
         Sampler sampler = new Sampler(new SamplerConfig(temperature, topK, topP, samplingSeed));

@@ -302,6 +302,23 @@ class CliTest {
         assertTrue(flat.contains("\"context\": 128, \"beyond_trained_context\": false,"), r.out());
     }
 
+    /**
+     * --logits-out naming the model (or the tokenizer) is refused before the model is read, and the file is left as it
+     * was: a run that went through truncated a 1.2 MB model to its 10 KB of logits.
+     */
+    @Test
+    void logitsOutOntoTheModelIsRefusedAndLosesNothing() throws Exception {
+        Path model = dir.resolve("model.gguf");
+        Files.copy(Models.require("stories260K-F32.gguf"), model);
+        byte[] before = Files.readAllBytes(model);
+        Cli.Result r = Cli.run("run", "-m", model.toString(), "-n", "2", "--temp", "0", "--logits-out",
+                dir.resolve(".").resolve("model.gguf").toString());
+        assertEquals(2, r.exit(), r.toString());
+        assertTrue(r.err().strip().startsWith("prefill4j: error: ") && r.err().contains(" is the input file " + model
+                + ": writing --logits-out there would destroy it; give another path [P4J-ARG]"), r.toString());
+        assertArrayEquals(before, Files.readAllBytes(model));
+    }
+
     /** Decode at depth over synthetic KV in the ssd store, with bursts; the file is gone afterwards. */
     @Test
     void benchAtDepthWithSyntheticKv() throws Exception {

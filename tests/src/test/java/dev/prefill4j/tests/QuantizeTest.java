@@ -51,6 +51,30 @@ class QuantizeTest {
         }
     }
 
+    /**
+     * An output path naming the input file, directly or through another name for it, is refused before anything is
+     * written: the input stays byte for byte as it was (a run that went through replaced the F32 model with its Q4_0
+     * version).
+     */
+    @Test
+    void quantizingOntoItsOwnInputIsRefusedAndLosesNothing() throws Exception {
+        Path model = dir.resolve("model.gguf");
+        java.nio.file.Files.copy(Models.require("tiny-256-F32.gguf"), model);
+        byte[] before = java.nio.file.Files.readAllBytes(model);
+        Path sameFile = dir.resolve("sub").resolve("..").resolve("model.gguf");
+        java.nio.file.Files.createDirectories(dir.resolve("sub"));
+        for (Path out : new Path[] {model, sameFile}) {
+            Cli.Result r = Cli.run("quantize", model.toString(), out.toString(), "--type", "q4_0");
+            assertEquals(2, r.exit(), r.toString());
+            assertEquals("prefill4j: error: " + out + " is the input file " + model + ": writing the quantized model "
+                    + "there would destroy it; give another path [P4J-ARG]", r.err().strip(), r.toString());
+            assertTrue(java.util.Arrays.equals(before, java.nio.file.Files.readAllBytes(model)), "input unchanged");
+        }
+        try (var files = java.nio.file.Files.list(dir)) {
+            assertEquals(2, files.count(), "nothing but the model and sub/ in the directory");
+        }
+    }
+
     @Test
     void quantizingToATypeWhoseModuleIsAbsentIsRefused() {
         PluginRegistry withoutK = PluginRegistry.builder().properties(Map.of(PluginRegistry.PROP_EXCLUDE, "q4_k,q6_k")).build();

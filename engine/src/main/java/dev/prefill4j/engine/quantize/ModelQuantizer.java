@@ -3,8 +3,10 @@ package dev.prefill4j.engine.quantize;
 import dev.prefill4j.api.Api;
 import dev.prefill4j.api.PrefillException;
 import dev.prefill4j.api.spi.Quantizer;
+import dev.prefill4j.engine.OutputFiles;
 import dev.prefill4j.engine.gguf.GgmlType;
 import dev.prefill4j.engine.gguf.GgufContent;
+import dev.prefill4j.engine.gguf.GgufFile;
 import dev.prefill4j.engine.gguf.GgufTensor;
 import dev.prefill4j.engine.gguf.GgufValue;
 import dev.prefill4j.engine.gguf.GgufWriter;
@@ -208,9 +210,13 @@ public final class ModelQuantizer {
      * @param output   the file to write
      * @param progress fraction done, or {@code null}
      * @return the choices made
+     * @throws PrefillException ({@code P4J-ARG}) if {@code output} is the file {@code model} was read from
      */
     public static List<Choice> quantize(GgufContent model, FileType type, boolean pure, boolean absmean,
                                         PluginRegistry registry, Path output, DoubleConsumer progress) {
+        if (model instanceof GgufFile in) {
+            OutputFiles.requireNotAnInput(output, "the quantized model", in.path());
+        }
         List<Choice> plan = plan(model, type, pure);
         GgufWriter w = new GgufWriter().putAll(model);
         w.put("general.quantization_version", GgufValue.u32(2));
@@ -253,4 +259,5 @@ public final class ModelQuantizer {
         w.write(output);
         return plan;
     }
+
 }
