@@ -14,7 +14,8 @@ import java.util.Map;
  * A scalar FP64 Llama forward pass over every prompt position: no batching, no pages, no threads, no vectors.
  * Weight rows are decoded one at a time through their format's {@link Quantizer#decode}, so it runs on models of
  * any size in little memory (slowly: use a short prompt). It shares nothing with the engine's graph or kernels but
- * the formats' decoders, which are tested on their own.
+ * the formats' decoders and, where it rounds K and V as a KV cache does, the cache's element codecs
+ * ({@link KVElementType#encode}, {@link KVElementType#decode}), which are tested on their own.
  *
  * <p>With {@code activationFormats} it rounds each projection's input the way
  * {@link dev.prefill4j.engine.SessionOptions.Activations#QUANTIZED} and {@code PER_TOKEN} do, so such a configuration
