@@ -18,6 +18,7 @@ module dev.prefill4j.engine {
     exports dev.prefill4j.engine;
     exports dev.prefill4j.engine.draft;
     exports dev.prefill4j.engine.gguf;
+    exports dev.prefill4j.engine.io;
     exports dev.prefill4j.engine.llama2c;
     exports dev.prefill4j.engine.model;
     exports dev.prefill4j.engine.quantize;

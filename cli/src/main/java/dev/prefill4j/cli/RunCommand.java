@@ -3,13 +3,13 @@ package dev.prefill4j.cli;
 import dev.prefill4j.engine.BurstGeneration;
 import dev.prefill4j.engine.Engine;
 import dev.prefill4j.engine.Generation;
-import dev.prefill4j.engine.OutputFiles;
 import dev.prefill4j.api.PrefillException;
 import dev.prefill4j.engine.Sampler;
 import dev.prefill4j.engine.SamplerConfig;
 import dev.prefill4j.engine.Session;
 import dev.prefill4j.engine.SessionOptions;
 import dev.prefill4j.engine.draft.PromptLookupDrafts;
+import dev.prefill4j.engine.io.OutputFiles;
 import dev.prefill4j.engine.model.LlamaModel;
 import java.io.IOException;
 import java.io.OutputStream;
@@ -84,7 +84,8 @@ final class RunCommand implements Callable<Integer> {
         if (nPredict < 0) {
             throw new PrefillException(PrefillException.Code.ARGUMENT, "-n must be at least 0");
         }
-        if (logitsOut != null) { // before the model is mapped: the logits would truncate the file it is read from
+        if (logitsOut != null) { // before the model is mapped (the logits would truncate the file it is read from)
+            OutputFiles.requireWritableFile(logitsOut, "--logits-out"); // and before the run, not after it
             OutputFiles.requireNotAnInput(logitsOut, "--logits-out", engine.model, engine.tokenizer);
         }
         long samplingSeed = seed != null ? seed : System.nanoTime();
@@ -176,7 +177,7 @@ final class RunCommand implements Callable<Integer> {
         return 0;
     }
 
-    static void writeLogits(Path file, float[] logits) throws IOException {
+    static void writeLogits(Path file, float[] logits) {
         ByteBuffer buf = ByteBuffer.allocate(logits.length * 4).order(ByteOrder.LITTLE_ENDIAN);
         buf.asFloatBuffer().put(logits);
         try (FileChannel ch = FileChannel.open(file, StandardOpenOption.CREATE, StandardOpenOption.WRITE,
@@ -184,6 +185,9 @@ final class RunCommand implements Callable<Integer> {
             while (buf.hasRemaining()) {
                 ch.write(buf);
             }
+        } catch (IOException e) {
+            throw new PrefillException(PrefillException.Code.IO, file + ": cannot write the logits: "
+                    + OutputFiles.reason(e), e);
         }
     }
 

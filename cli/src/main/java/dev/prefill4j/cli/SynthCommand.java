@@ -3,6 +3,7 @@ package dev.prefill4j.cli;
 import dev.prefill4j.engine.Engine;
 import dev.prefill4j.engine.gguf.GgufTensor;
 import dev.prefill4j.engine.gguf.GgufWriter;
+import dev.prefill4j.engine.io.OutputFiles;
 import dev.prefill4j.engine.model.SyntheticLlama;
 import dev.prefill4j.engine.registry.PluginRegistry;
 import java.lang.foreign.MemorySegment;
@@ -37,6 +38,7 @@ final class SynthCommand implements Callable<Integer> {
     @Override
     public Integer call() {
         SyntheticLlama.Shape s = SyntheticLlama.Shape.parse(shape);
+        OutputFiles.requireWritableFile(output, "the synthetic model"); // before generating it (2.5 GB for llama-1b)
         Progress progress = new Progress("generating " + s.cliName() + " " + type);
         try (SyntheticLlama model = Engine.generateSynthetic(PluginRegistry.load(), s, type, seed, progress)) {
             progress.done();

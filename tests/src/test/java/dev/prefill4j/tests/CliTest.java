@@ -319,6 +319,35 @@ class CliTest {
         assertArrayEquals(before, Files.readAllBytes(model));
     }
 
+    /**
+     * An output path that cannot be written (a directory, or a file in a directory that does not exist) is refused before
+     * any work, in words: run had generated its text and then stopped on an internal error, and quantize had written its
+     * whole model beside the directory before failing.
+     */
+    @Test
+    void outputsThatCannotBeWrittenAreRefusedFirst() throws Exception {
+        String model = Models.require("stories260K-F32.gguf").toString();
+        Path missing = dir.resolve("missing").resolve("out");
+        Cli.Result run = Cli.run("run", "-m", model, "-n", "2", "--temp", "0", "--logits-out", missing.toString());
+        assertOneLineError(run, missing + ": no such directory " + missing.getParent() + "; create it first [P4J-IO]");
+        assertEquals("", run.out(), "nothing generated");
+        Cli.Result runDir = Cli.run("run", "-m", model, "-n", "2", "--logits-out", dir.toString());
+        assertEquals(2, runDir.exit(), runDir.toString());
+        assertTrue(runDir.err().contains(dir + " is a directory: --logits-out needs a file name in it"), runDir.toString());
+        Cli.Result quantize = Cli.run("quantize", model, dir.toString(), "--type", "q8_0");
+        assertEquals(2, quantize.exit(), quantize.toString());
+        assertTrue(quantize.err().contains(dir + " is a directory: the quantized model needs a file name in it"),
+                quantize.toString());
+        assertOneLineError(Cli.run("synth", "--shape", "tiny", "-o", missing.toString()), "no such directory");
+        try (var files = Files.list(dir)) {
+            assertEquals(0, files.count(), "nothing written");
+        }
+        try (var files = Files.list(dir.getParent())) {
+            String partial = "." + dir.getFileName() + "."; // GgufWriter's partial file for the target dir
+            assertTrue(files.noneMatch(f -> f.getFileName().toString().startsWith(partial)), "no partial file beside");
+        }
+    }
+
     /** Decode at depth over synthetic KV in the ssd store, with bursts; the file is gone afterwards. */
     @Test
     void benchAtDepthWithSyntheticKv() throws Exception {

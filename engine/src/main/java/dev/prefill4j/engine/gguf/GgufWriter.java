@@ -2,6 +2,7 @@ package dev.prefill4j.engine.gguf;
 
 import dev.prefill4j.api.Api;
 import dev.prefill4j.api.PrefillException;
+import dev.prefill4j.engine.io.OutputFiles;
 import java.io.ByteArrayOutputStream;
 import java.io.IOException;
 import java.lang.foreign.Arena;
@@ -110,9 +111,11 @@ public final class GgufWriter {
      * Writes the file.
      *
      * @param target where to write; replaced atomically where the file system allows
-     * @throws PrefillException ({@code P4J-IO}) if writing fails; the target is then untouched
+     * @throws PrefillException ({@code P4J-IO}) if writing fails; the target is then untouched ({@code P4J-ARG}, before
+     *                          anything is written, if the target is a directory)
      */
     public void write(Path target) {
+        OutputFiles.requireWritableFile(target, "the GGUF file");
         int alignment = GgufFile.DEFAULT_ALIGNMENT;
         GgufValue a = metadata.get("general.alignment");
         if (a != null) {
@@ -145,7 +148,7 @@ public final class GgufWriter {
             Files.move(tmp, target, StandardCopyOption.REPLACE_EXISTING, StandardCopyOption.ATOMIC_MOVE);
         } catch (IOException e) {
             deleteQuietly(tmp);
-            throw new PrefillException(PrefillException.Code.IO, target + ": cannot write: " + e.getMessage(), e);
+            throw new PrefillException(PrefillException.Code.IO, target + ": cannot write: " + OutputFiles.reason(e), e);
         } catch (RuntimeException e) {
             deleteQuietly(tmp);
             throw e;

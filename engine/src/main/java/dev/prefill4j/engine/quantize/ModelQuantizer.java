@@ -3,13 +3,13 @@ package dev.prefill4j.engine.quantize;
 import dev.prefill4j.api.Api;
 import dev.prefill4j.api.PrefillException;
 import dev.prefill4j.api.spi.Quantizer;
-import dev.prefill4j.engine.OutputFiles;
 import dev.prefill4j.engine.gguf.GgmlType;
 import dev.prefill4j.engine.gguf.GgufContent;
 import dev.prefill4j.engine.gguf.GgufFile;
 import dev.prefill4j.engine.gguf.GgufTensor;
 import dev.prefill4j.engine.gguf.GgufValue;
 import dev.prefill4j.engine.gguf.GgufWriter;
+import dev.prefill4j.engine.io.OutputFiles;
 import dev.prefill4j.engine.registry.PluginRegistry;
 import java.nio.file.Path;
 import java.util.ArrayList;
@@ -210,10 +210,12 @@ public final class ModelQuantizer {
      * @param output   the file to write
      * @param progress fraction done, or {@code null}
      * @return the choices made
-     * @throws PrefillException ({@code P4J-ARG}) if {@code output} is the file {@code model} was read from
+     * @throws PrefillException ({@code P4J-ARG}) if {@code output} is the file {@code model} was read from, or a
+     *                          directory; ({@code P4J-IO}) if its directory does not exist
      */
     public static List<Choice> quantize(GgufContent model, FileType type, boolean pure, boolean absmean,
                                         PluginRegistry registry, Path output, DoubleConsumer progress) {
+        OutputFiles.requireWritableFile(output, "the quantized model");
         if (model instanceof GgufFile in) {
             OutputFiles.requireNotAnInput(output, "the quantized model", in.path());
         }

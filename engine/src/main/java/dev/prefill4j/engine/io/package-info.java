@@ -1,0 +1,10 @@
+/**
+ * Guards for the files the engine's tools write ({@link dev.prefill4j.engine.io.OutputFiles}): checked before the work
+ * that produces them, so that a long run does not end in a write that cannot happen or that would destroy an input.
+ *
+ * @since 0.1
+ */
+@Api.Experimental
+package dev.prefill4j.engine.io;
+
+import dev.prefill4j.api.Api;
