@@ -150,6 +150,11 @@ final class EngineOptions {
         Engine.Builder b = Engine.builder().backend(backend).kvStore(kv);
         if (threads != null) {
             b.threads(threads);
+            int cores = Runtime.getRuntime().availableProcessors();
+            if (threads > cores) { // allowed, but the workers then take turns on the cores and wait on each other
+                System.err.printf("prefill4j: note: -t %d is more than the %d cores this process may use; threads "
+                        + "beyond them slow every step down (leave -t out to use all %d)%n", threads, cores, cores);
+            }
         }
         return b.build();
     }

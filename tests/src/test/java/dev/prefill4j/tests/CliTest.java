@@ -348,6 +348,20 @@ class CliTest {
         }
     }
 
+    /** More threads than cores run, with a note that says what it costs; as many as the cores, no note. */
+    @Test
+    void moreThreadsThanCoresAreNoted() throws Exception {
+        int cores = Runtime.getRuntime().availableProcessors();
+        String model = Models.require("stories260K-F32.gguf").toString();
+        Cli.Result over = Cli.run("run", "-m", model, "-n", "2", "--temp", "0", "-t", String.valueOf(cores + 1));
+        assertEquals(0, over.exit(), over.toString());
+        assertTrue(over.err().contains("prefill4j: note: -t " + (cores + 1) + " is more than the " + cores + " cores"),
+                over.toString());
+        Cli.Result fits = Cli.run("run", "-m", model, "-n", "2", "--temp", "0", "-t", String.valueOf(cores));
+        assertEquals(0, fits.exit(), fits.toString());
+        assertFalse(fits.err().contains("note: -t"), fits.toString());
+    }
+
     /** Decode at depth over synthetic KV in the ssd store, with bursts; the file is gone afterwards. */
     @Test
     void benchAtDepthWithSyntheticKv() throws Exception {
