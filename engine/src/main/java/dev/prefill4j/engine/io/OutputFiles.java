@@ -5,8 +5,8 @@ import dev.prefill4j.api.PrefillException;
 import java.io.IOException;
 import java.nio.file.AccessDeniedException;
 import java.nio.file.FileSystemException;
-import java.nio.file.NoSuchFileException;
 import java.nio.file.Files;
+import java.nio.file.NoSuchFileException;
 import java.nio.file.Path;
 
 /**
@@ -44,7 +44,7 @@ public final class OutputFiles {
                 }
             } catch (IOException e) {
                 throw new PrefillException(PrefillException.Code.IO, output + ": cannot compare with the input "
-                        + input + ": " + e.getMessage(), e);
+                        + input + ": " + reason(e), e);
             }
         }
     }

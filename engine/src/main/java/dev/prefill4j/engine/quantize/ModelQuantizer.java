@@ -261,5 +261,4 @@ public final class ModelQuantizer {
         w.write(output);
         return plan;
     }
-
 }
