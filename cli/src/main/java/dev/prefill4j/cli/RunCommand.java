@@ -180,15 +180,13 @@ final class RunCommand implements Callable<Integer> {
     static void writeLogits(Path file, float[] logits) {
         ByteBuffer buf = ByteBuffer.allocate(logits.length * 4).order(ByteOrder.LITTLE_ENDIAN);
         buf.asFloatBuffer().put(logits);
-        try (FileChannel ch = FileChannel.open(file, StandardOpenOption.CREATE, StandardOpenOption.WRITE,
-                StandardOpenOption.TRUNCATE_EXISTING)) {
-            while (buf.hasRemaining()) {
-                ch.write(buf);
+        OutputFiles.replaceWhole(file, "the logits", tmp -> {
+            try (FileChannel ch = FileChannel.open(tmp, StandardOpenOption.CREATE_NEW, StandardOpenOption.WRITE)) {
+                while (buf.hasRemaining()) {
+                    ch.write(buf);
+                }
             }
-        } catch (IOException e) {
-            throw new PrefillException(PrefillException.Code.IO, file + ": cannot write the logits: "
-                    + OutputFiles.reason(e), e);
-        }
+        });
     }
 
     /** Writes token bytes as they come; a character split over byte tokens is assembled by the reader of the stream. */

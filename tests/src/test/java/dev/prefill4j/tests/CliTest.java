@@ -348,6 +348,29 @@ class CliTest {
         }
     }
 
+    /**
+     * --logits-out replaces a file whole, through a temporary file beside it: a link keeps pointing at the (new) file, no
+     * partial file stays behind, and a device is refused (a temporary file renamed over /dev/stdout would have replaced
+     * the device's link).
+     */
+    @Test
+    void logitsReplaceTheFileALinkNames() throws Exception {
+        String model = Models.require("stories260K-F32.gguf").toString();
+        Path file = dir.resolve("logits.f32");
+        Files.write(file, new byte[100_000]);
+        Path link = Files.createSymbolicLink(dir.resolve("link.f32"), file);
+        Cli.Result r = Cli.run("run", "-m", model, "-n", "1", "--temp", "0", "--logits-out", link.toString());
+        assertEquals(0, r.exit(), r.toString());
+        assertTrue(Files.isSymbolicLink(link), "the link stays");
+        assertEquals(5L * 4 * 512, Files.size(file), "5 prompt positions x 512 logits, the old bytes gone");
+        try (var files = Files.list(dir)) {
+            assertEquals(2, files.count(), "no partial file left");
+        }
+        Cli.Result device = Cli.run("run", "-m", model, "-n", "1", "--logits-out", "/dev/null");
+        assertEquals(2, device.exit(), device.toString());
+        assertTrue(device.err().contains("/dev/null is not a regular file"), device.toString());
+    }
+
     /** More threads than cores run, with a note that says what it costs; as many as the cores, no note. */
     @Test
     void moreThreadsThanCoresAreNoted() throws Exception {

@@ -4,16 +4,13 @@ import dev.prefill4j.api.Api;
 import dev.prefill4j.api.PrefillException;
 import dev.prefill4j.engine.io.OutputFiles;
 import java.io.ByteArrayOutputStream;
-import java.io.IOException;
 import java.lang.foreign.Arena;
 import java.lang.foreign.MemorySegment;
 import java.nio.ByteBuffer;
 import java.nio.ByteOrder;
 import java.nio.channels.FileChannel;
 import java.nio.charset.StandardCharsets;
-import java.nio.file.Files;
 import java.nio.file.Path;
-import java.nio.file.StandardCopyOption;
 import java.nio.file.StandardOpenOption;
 import java.util.ArrayList;
 import java.util.LinkedHashMap;
@@ -112,57 +109,37 @@ public final class GgufWriter {
      *
      * @param target where to write; replaced atomically where the file system allows
      * @throws PrefillException ({@code P4J-IO}) if writing fails; the target is then untouched ({@code P4J-ARG}, before
-     *                          anything is written, if the target is a directory)
+     *                          anything is written, if the target is a directory or not a regular file;
+     *                          {@link OutputFiles#replaceWhole})
      */
     public void write(Path target) {
-        OutputFiles.requireWritableFile(target, "the GGUF file");
         int alignment = GgufFile.DEFAULT_ALIGNMENT;
         GgufValue a = metadata.get("general.alignment");
         if (a != null) {
             alignment = (int) a.asLong();
         }
+        int align = alignment;
         byte[] header = header(alignment);
         long dataStart = GgufFile.align(header.length, alignment);
         long total = dataStart;
         for (Pending t : tensors) {
             total += GgufFile.align(t.bytes, alignment);
         }
-        Path dir = target.toAbsolutePath().getParent();
-        Path tmp = null;
-        try {
-            // Not Files.createTempFile: its owner-only mode would stick to the finished model; this follows the umask.
-            tmp = dir.resolve("." + target.getFileName() + "." + ProcessHandle.current().pid() + "."
-                    + System.nanoTime() + ".partial");
+        long size = total;
+        OutputFiles.replaceWhole(target, "the GGUF file", tmp -> {
             try (FileChannel ch = FileChannel.open(tmp, StandardOpenOption.READ, StandardOpenOption.WRITE,
                     StandardOpenOption.CREATE_NEW);
                  Arena arena = Arena.ofShared()) { // shared: tensor data may be produced by many threads
-                MemorySegment out = ch.map(FileChannel.MapMode.READ_WRITE, 0, total, arena);
+                MemorySegment out = ch.map(FileChannel.MapMode.READ_WRITE, 0, size, arena);
                 MemorySegment.copy(MemorySegment.ofArray(header), 0, out, 0, header.length);
                 long off = dataStart;
                 for (Pending t : tensors) {
                     t.data.fill(out.asSlice(off, t.bytes));
-                    off += GgufFile.align(t.bytes, alignment);
+                    off += GgufFile.align(t.bytes, align);
                 }
                 out.force();
             }
-            Files.move(tmp, target, StandardCopyOption.REPLACE_EXISTING, StandardCopyOption.ATOMIC_MOVE);
-        } catch (IOException e) {
-            deleteQuietly(tmp);
-            throw new PrefillException(PrefillException.Code.IO, target + ": cannot write: " + OutputFiles.reason(e), e);
-        } catch (RuntimeException e) {
-            deleteQuietly(tmp);
-            throw e;
-        }
-    }
-
-    private static void deleteQuietly(Path p) {
-        if (p != null) {
-            try {
-                Files.deleteIfExists(p);
-            } catch (IOException ignored) {
-                // best effort: the partial file carries a .partial suffix and is never mistaken for a model
-            }
-        }
+        });
     }
 
     private byte[] header(int alignment) {

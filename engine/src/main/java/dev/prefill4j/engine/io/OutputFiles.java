@@ -8,12 +8,14 @@ import java.nio.file.FileSystemException;
 import java.nio.file.Files;
 import java.nio.file.NoSuchFileException;
 import java.nio.file.Path;
+import java.nio.file.StandardCopyOption;
 
 /**
  * Guards for files the engine's tools write, checked before the work that produces them: an output must be a file in
  * a directory that exists, and must not be one of the files being read, under the same name or another one (a relative
  * path, {@code ..}, a link). Writing there would replace or truncate the input, which no one asks for on purpose, and a
- * model file lost that way is not recoverable.
+ * model file lost that way is not recoverable. Files are then written whole beside the target and put in its place
+ * once complete ({@link #replaceWhole}).
  *
  * @since 0.1
  */
@@ -50,18 +52,22 @@ public final class OutputFiles {
     }
 
     /**
-     * Refuses {@code output} if it names a directory or lies in a directory that does not exist, so that a long run
-     * does not end in a write that cannot happen.
+     * Refuses {@code output} if it names a directory or another file that is not a regular one, or lies in a directory
+     * that does not exist, so that a long run does not end in a write that cannot happen.
      *
      * @param output the file about to be written
      * @param what   what would be written there, for the message
-     * @throws PrefillException ({@code P4J-ARG}) if {@code output} is a directory; ({@code P4J-IO}) if its directory
-     *                          does not exist
+     * @throws PrefillException ({@code P4J-ARG}) if {@code output} is a directory or not a regular file; ({@code
+     *                          P4J-IO}) if its directory does not exist
      */
     public static void requireWritableFile(Path output, String what) {
         if (Files.isDirectory(output)) {
             throw new PrefillException(PrefillException.Code.ARGUMENT, output + " is a directory: " + what
                     + " needs a file name in it");
+        }
+        if (Files.exists(output) && !Files.isRegularFile(output)) {
+            throw new PrefillException(PrefillException.Code.ARGUMENT, output + " is not a regular file (a device, "
+                    + "pipe or socket): " + what + " is written to a file");
         }
         Path dir = output.toAbsolutePath().getParent();
         if (dir == null || !Files.isDirectory(dir)) {
@@ -83,5 +89,59 @@ public final class OutputFiles {
             case FileSystemException f when f.getReason() != null -> f.getReason();
             default -> String.valueOf(e.getMessage());
         };
+    }
+
+    /** Writes a whole file at a path that does not exist yet. */
+    @FunctionalInterface
+    public interface FileWriting {
+        /**
+         * Creates {@code file} and writes all of it.
+         *
+         * @param file the path to create
+         * @throws IOException if writing fails
+         */
+        void writeTo(Path file) throws IOException;
+    }
+
+    /**
+     * Writes {@code target} through a temporary file beside it ({@code .NAME.PID.NANOS.partial}, which is never mistaken
+     * for the finished file) that replaces the target only once complete, atomically where the file system allows: a
+     * failure part way leaves the target as it was and removes the partial file.
+     *
+     * @param target  the file to write or replace
+     * @param what    what is written, for the message
+     * @param writing creates the temporary file and writes it whole
+     * @throws PrefillException ({@code P4J-IO}) if writing or the replacement fails; ({@code P4J-ARG}) if the target is
+     *                          a directory or not a regular file (checked first: {@link #requireWritableFile})
+     */
+    public static void replaceWhole(Path target, String what, FileWriting writing) {
+        requireWritableFile(target, what);
+        Path tmp = null;
+        try {
+            // A link is followed: the file it names is replaced, and the link stays.
+            Path file = Files.exists(target) ? target.toRealPath() : target.toAbsolutePath();
+            // Not Files.createTempFile: its owner-only mode would stick to the finished file; this follows the umask.
+            tmp = file.getParent().resolve("." + file.getFileName() + "." + ProcessHandle.current().pid() + "."
+                    + System.nanoTime() + ".partial");
+            writing.writeTo(tmp);
+            Files.move(tmp, file, StandardCopyOption.REPLACE_EXISTING, StandardCopyOption.ATOMIC_MOVE);
+        } catch (IOException e) {
+            deleteQuietly(tmp);
+            throw new PrefillException(PrefillException.Code.IO, target + ": cannot write " + what + ": " + reason(e), e);
+        } catch (RuntimeException | Error e) {
+            deleteQuietly(tmp);
+            throw e;
+        }
+    }
+
+    private static void deleteQuietly(Path p) {
+        if (p == null) {
+            return;
+        }
+        try {
+            Files.deleteIfExists(p);
+        } catch (IOException ignored) {
+            // best effort: the partial file's name marks it as one
+        }
     }
 }
