@@ -94,7 +94,8 @@ final class BenchCommand implements Callable<Integer> {
     EngineOptions engine;
 
     @Option(names = {"-p", "--n-prompt"}, split = ",", paramLabel = "N[,N...]", defaultValue = "128",
-            description = "Prompt lengths to prefill (default: ${DEFAULT-VALUE}).")
+            description = "Prompt lengths to prefill; a test longer than the model's trained context runs past it "
+                    + "(speed only), as llama-bench's do, and says so (default: ${DEFAULT-VALUE}).")
     int[] prompts;
 
     @Option(names = {"-n", "--n-gen"}, paramLabel = "N", defaultValue = "16",
