@@ -1,6 +1,10 @@
 package dev.prefill4j.cli;
 
 import dev.prefill4j.api.PrefillException;
+import java.io.FilterOutputStream;
+import java.io.IOException;
+import java.io.OutputStream;
+import java.io.PrintStream;
 import java.io.PrintWriter;
 import java.util.logging.ConsoleHandler;
 import java.util.logging.Level;
@@ -66,9 +70,16 @@ public final class Main {
             h.setLevel(Level.FINE);
             root.addHandler(h);
         }
+        // Progress lines end without a newline; an error that comes while one is open starts a line of its own.
+        LineEndTracker errLine = new LineEndTracker(System.err);
+        System.setErr(new PrintStream(errLine, true, System.err.charset()));
         CommandLine cl = new CommandLine(new Main());
         cl.setExecutionExceptionHandler((ex, line, parse) -> {
             PrintWriter err = line.getErr();
+            err.flush();
+            if (errLine.midLine()) {
+                err.println();
+            }
             if (ex instanceof PrefillException pe) {
                 err.println("prefill4j: error: " + pe.getMessage());
             } else {
@@ -81,5 +92,35 @@ public final class Main {
             return ex instanceof PrefillException pe && pe.code() == PrefillException.Code.ARGUMENT ? 2 : 1;
         });
         return cl.execute(args);
+    }
+
+    /**
+     * Passes bytes on to standard error and remembers whether the last one left a line open: anything but a line feed
+     * or a carriage return (a progress line cleared with {@code \r} leaves the cursor at the start of a line).
+     */
+    private static final class LineEndTracker extends FilterOutputStream {
+        private volatile int last = '\n';
+
+        LineEndTracker(OutputStream out) {
+            super(out);
+        }
+
+        @Override
+        public void write(int b) throws IOException {
+            out.write(b);
+            last = b;
+        }
+
+        @Override
+        public void write(byte[] b, int off, int len) throws IOException {
+            out.write(b, off, len);
+            if (len > 0) {
+                last = b[off + len - 1];
+            }
+        }
+
+        boolean midLine() {
+            return last != '\n' && last != '\r';
+        }
     }
 }

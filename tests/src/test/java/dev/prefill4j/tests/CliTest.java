@@ -371,6 +371,28 @@ class CliTest {
         assertTrue(device.err().contains("/dev/null is not a regular file"), device.toString());
     }
 
+    /**
+     * An error that stops bench in the middle of a progress line starts a line of its own (it had been appended to
+     * "bench pp8: warm-up 1/32 "), and one with no progress line open stays the only line.
+     */
+    @Test
+    void anErrorAfterAProgressLineStartsItsOwnLine() throws Exception {
+        Path broken = dir.resolve("nan.gguf");
+        byte[] bytes = Files.readAllBytes(Models.require("stories260K-F32.gguf"));
+        java.nio.ByteBuffer b = java.nio.ByteBuffer.wrap(bytes).order(java.nio.ByteOrder.LITTLE_ENDIAN);
+        for (int i = bytes.length - 65536; i + 4 <= bytes.length; i += 4) { // the last tensors' weights
+            b.putFloat(i, Float.NaN);
+        }
+        Files.write(broken, bytes);
+        Cli.Result bench = Cli.run("bench", "-m", broken.toString(), "-p", "8", "-n", "0", "-r", "1");
+        assertEquals(1, bench.exit(), bench.toString());
+        List<String> lines = bench.err().strip().lines().toList();
+        assertTrue(lines.getLast().startsWith("prefill4j: error: NaN in ")
+                && lines.getLast().endsWith("[P4J-NONFINITE]"), bench.toString());
+        assertTrue(lines.get(lines.size() - 2).startsWith("bench pp8: warm-up"), bench.toString());
+        assertOneLineError(Cli.run("run", "-m", broken.toString(), "-n", "1"), "[P4J-NONFINITE]");
+    }
+
     /** More threads than cores run, with a note that says what it costs; as many as the cores, no note. */
     @Test
     void moreThreadsThanCoresAreNoted() throws Exception {
