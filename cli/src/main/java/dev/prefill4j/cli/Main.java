@@ -74,6 +74,8 @@ public final class Main {
         LineEndTracker errLine = new LineEndTracker(System.err);
         System.setErr(new PrintStream(errLine, true, System.err.charset()));
         CommandLine cl = new CommandLine(new Main());
+        // Every command's -V prints the version (a subcommand's own provider would be empty).
+        cl.getSubcommands().values().forEach(sub -> sub.getCommandSpec().versionProvider(new Version()));
         cl.setExecutionExceptionHandler((ex, line, parse) -> {
             PrintWriter err = line.getErr();
             err.flush();

@@ -393,6 +393,19 @@ class CliTest {
         assertOneLineError(Cli.run("run", "-m", broken.toString(), "-n", "1"), "[P4J-NONFINITE]");
     }
 
+    /** Every command's --version prints what the top level's does (the commands' own had printed nothing). */
+    @Test
+    void everyCommandPrintsTheVersion() throws Exception {
+        Cli.Result top = Cli.run("--version");
+        assertEquals(0, top.exit(), top.toString());
+        assertTrue(top.out().startsWith("prefill4j ") && top.out().contains("(Java 25"), top.toString());
+        for (String command : List.of("run", "inspect", "plugins", "synth", "quantize", "bench")) {
+            Cli.Result r = Cli.run(command, "--version");
+            assertEquals(0, r.exit(), r.toString());
+            assertEquals(top.out(), r.out(), command);
+        }
+    }
+
     /** More threads than cores run, with a note that says what it costs; as many as the cores, no note. */
     @Test
     void moreThreadsThanCoresAreNoted() throws Exception {
