@@ -3,11 +3,10 @@ package dev.prefill4j.cli;
 import dev.prefill4j.api.PrefillException;
 import dev.prefill4j.api.spi.Quantizer;
 import dev.prefill4j.engine.gguf.GgufArray;
-import dev.prefill4j.engine.gguf.GgufContent;
-import dev.prefill4j.engine.gguf.GgufFile;
+import dev.prefill4j.engine.Engine;
+import dev.prefill4j.engine.gguf.CloseableContent;
 import dev.prefill4j.engine.gguf.GgufTensor;
 import dev.prefill4j.engine.gguf.GgufValue;
-import dev.prefill4j.engine.llama2c.Llama2cCheckpoint;
 import dev.prefill4j.engine.registry.PluginRegistry;
 import java.lang.reflect.Array;
 import java.nio.file.Path;
@@ -46,8 +45,7 @@ final class InspectCommand implements Callable<Integer> {
     @Override
     public Integer call() {
         PluginRegistry registry = PluginRegistry.load();
-        try (AutoCloseableContent c = open()) {
-            GgufContent content = c.content;
+        try (CloseableContent content = Engine.open(model(), tokenizer)) {
             Map<String, Object> md = new LinkedHashMap<>();
             content.metadata().forEach((k, v) -> md.put(k, summary(v)));
             List<Map<String, Object>> tensors = new ArrayList<>();
@@ -84,17 +82,6 @@ final class InspectCommand implements Callable<Integer> {
         return 0;
     }
 
-    private record AutoCloseableContent(GgufContent content, AutoCloseable closer) implements AutoCloseable {
-        @Override
-        public void close() {
-            try {
-                closer.close();
-            } catch (Exception e) {
-                throw new IllegalStateException(e);
-            }
-        }
-    }
-
     /** The model file, from MODEL or -m (one of them, not both). */
     private Path model() {
         if (modelArgument != null && modelOption != null) {
@@ -106,16 +93,6 @@ final class InspectCommand implements Callable<Integer> {
                     "no model given; use 'prefill4j inspect MODEL' or 'prefill4j inspect -m MODEL'");
         }
         return modelArgument != null ? modelArgument : modelOption;
-    }
-
-    private AutoCloseableContent open() {
-        Path model = model();
-        if (tokenizer != null) {
-            Llama2cCheckpoint ck = Llama2cCheckpoint.open(model, tokenizer);
-            return new AutoCloseableContent(ck, ck);
-        }
-        GgufFile f = GgufFile.open(model);
-        return new AutoCloseableContent(f, f);
     }
 
     /** Scalars as they are; arrays as {@code TYPE[n]} plus their first elements. */

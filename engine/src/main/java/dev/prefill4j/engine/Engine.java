@@ -12,7 +12,9 @@ import dev.prefill4j.api.spi.KVStore;
 import dev.prefill4j.api.spi.Quantizer;
 import dev.prefill4j.api.spi.WeightMatrix;
 import dev.prefill4j.engine.gguf.GgmlType;
+import dev.prefill4j.engine.gguf.CloseableContent;
 import dev.prefill4j.engine.gguf.GgufFile;
+import dev.prefill4j.engine.io.InputFiles;
 import dev.prefill4j.engine.llama2c.Llama2cCheckpoint;
 import dev.prefill4j.engine.model.LlamaConfig;
 import dev.prefill4j.engine.model.LlamaModel;
@@ -20,6 +22,8 @@ import dev.prefill4j.engine.model.SyntheticLlama;
 import dev.prefill4j.engine.registry.PluginRegistry;
 import java.io.IOException;
 import java.io.InputStream;
+import java.nio.ByteBuffer;
+import java.nio.ByteOrder;
 import java.nio.file.Files;
 import java.nio.file.Path;
 import java.util.ArrayList;
@@ -115,46 +119,57 @@ public final class Engine implements AutoCloseable {
     }
 
     /**
-     * Loads a GGUF file, or a llama2.c checkpoint when {@code tokenizer} is given and the file is not GGUF.
+     * Loads a GGUF file, or a llama2.c checkpoint with its tokenizer (see {@link #open}).
      *
      * @param model     the model file
-     * @param tokenizer llama2.c {@code tokenizer.bin}, or {@code null}
+     * @param tokenizer llama2.c {@code tokenizer.bin}, or {@code null} for a GGUF file
      * @return the model; close it to unmap
+     * @throws PrefillException as {@link #open} does, and if the model needs a format no module provides
      */
     public LlamaModel load(Path model, Path tokenizer) {
-        if (!Files.isRegularFile(model)) {
-            throw new PrefillException(PrefillException.Code.IO, model + ": no such file");
-        }
-        if (isGguf(model)) {
-            GgufFile f = GgufFile.open(model);
-            try {
-                LlamaModel m = LlamaModel.bind(f, false, registry, f);
-                f.unloadHeader(); // the tokenizer holds what it needs; metadata look-ups read the file again
-                return m;
-            } catch (RuntimeException e) {
-                f.close();
-                throw e;
-            }
-        }
-        if (tokenizer == null) {
-            throw new PrefillException(PrefillException.Code.MODEL_FORMAT, model + ": not a GGUF file (no \"GGUF\" "
-                    + "magic); for a llama2.c checkpoint also pass its tokenizer.bin (--tokenizer)");
-        }
-        Llama2cCheckpoint ck = Llama2cCheckpoint.open(model, tokenizer);
+        CloseableContent content = open(model, tokenizer);
         try {
-            return LlamaModel.bind(ck, false, registry, ck);
+            LlamaModel m = LlamaModel.bind(content, false, registry, content);
+            if (content instanceof GgufFile f) {
+                f.unloadHeader(); // the tokenizer holds what it needs; metadata look-ups read the file again
+            }
+            return m;
         } catch (RuntimeException e) {
-            ck.close();
+            content.close();
             throw e;
         }
     }
 
-    private static boolean isGguf(Path p) {
+    /**
+     * Opens a model file's content without binding its weights to formats (what {@code inspect} shows): a GGUF file
+     * (memory-mapped), or a llama2.c checkpoint when {@code tokenizer} is given.
+     *
+     * @param model     the model file
+     * @param tokenizer llama2.c {@code tokenizer.bin}, or {@code null} for a GGUF file
+     * @return the content; close it to unmap
+     * @throws PrefillException ({@code P4J-IO}) if a file is missing, a directory or unreadable, naming it;
+     *                          ({@code P4J-GGUF}) if it is malformed, or is not GGUF and no tokenizer is given;
+     *                          ({@code P4J-ARG}) if a tokenizer is given with a GGUF file
+     */
+    public static CloseableContent open(Path model, Path tokenizer) {
+        if (tokenizer != null) {
+            return Llama2cCheckpoint.open(model, tokenizer);
+        }
+        InputFiles.requireReadableFile(model, "the model");
+        if (!mayBeGguf(model)) {
+            throw new PrefillException(PrefillException.Code.MODEL_FORMAT, model + ": not a GGUF file (no \"GGUF\" "
+                    + "magic); for a llama2.c checkpoint also pass its tokenizer.bin (--tokenizer)");
+        }
+        return GgufFile.open(model);
+    }
+
+    /** Whether the file starts with GGUF's magic, or is too short to say (then the GGUF reader says it is truncated). */
+    private static boolean mayBeGguf(Path p) {
         try (InputStream in = Files.newInputStream(p)) {
             byte[] magic = in.readNBytes(4);
-            return magic.length == 4 && magic[0] == 'G' && magic[1] == 'G' && magic[2] == 'U' && magic[3] == 'F';
+            return magic.length < 4 || ByteBuffer.wrap(magic).order(ByteOrder.LITTLE_ENDIAN).getInt() == GgufFile.MAGIC;
         } catch (IOException e) {
-            throw new PrefillException(PrefillException.Code.IO, p + ": cannot read: " + e.getMessage(), e);
+            throw InputFiles.cannotRead(p, e);
         }
     }
 

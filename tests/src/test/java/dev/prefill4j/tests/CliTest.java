@@ -140,6 +140,36 @@ class CliTest {
         }
     }
 
+    /** A model or tokenizer path that is wrong names the file at fault and what is wrong with it. */
+    @Test
+    void wrongModelPathsNameTheFileAtFault() throws Exception {
+        String gguf = Models.require("tiny-256-F32.gguf").toString();
+        String bin = Models.require("stories260K.bin").toString();
+        String tok = Models.require("tok512.bin").toString();
+        // A directory had been reported as "no such file" by run and "cannot read: No such device" by inspect.
+        assertOneLineError(Cli.run("run", "-m", dir.toString(), "-n", "1"), dir + " is a directory, not the model");
+        assertOneLineError(Cli.run("inspect", dir.toString()), dir + " is a directory, not the model");
+        assertOneLineError(Cli.run("inspect", "/dev/null"), "/dev/null is not a regular file");
+        // A missing or wrong tokenizer had been blamed on the checkpoint ("stories260K.bin: cannot read: /absent").
+        String absent = dir.resolve("absent-tokenizer.bin").toString();
+        assertOneLineError(Cli.run("run", "-m", bin, "--tokenizer", absent, "-n", "1"),
+                absent + ": no such file (the llama2.c tokenizer)");
+        assertOneLineError(Cli.run("inspect", bin, "--tokenizer", dir.toString()),
+                dir + " is a directory, not the llama2.c tokenizer");
+        assertOneLineError(Cli.run("run", "-m", bin, "--tokenizer", gguf, "-n", "1"),
+                gguf + ": a GGUF file, not a llama2.c tokenizer.bin");
+        // A checkpoint without its tokenizer: inspect says what to add, as run does.
+        assertOneLineError(Cli.run("inspect", bin), bin + ": not a GGUF file", "--tokenizer");
+        // A tokenizer with a GGUF model had been ignored by run, and made inspect call the file an implausible
+        // llama2.c header.
+        for (String[] args : new String[][] {{"run", "-n", "1"}, {"inspect"}}) {
+            Cli.Result r = Cli.run(args[0], "-m", gguf, "--tokenizer", tok);
+            assertEquals(2, r.exit(), r.toString());
+            assertTrue(r.err().contains(gguf + " is a GGUF file, which holds its own vocabulary"), r.toString());
+            assertTrue(r.out().isEmpty(), r.toString());
+        }
+    }
+
     @Test
     void badModelFilesGiveOneLineErrors() throws Exception {
         byte[] real = Files.readAllBytes(Models.require("stories260K-F32.gguf"));

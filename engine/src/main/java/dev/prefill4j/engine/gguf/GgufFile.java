@@ -2,6 +2,7 @@ package dev.prefill4j.engine.gguf;
 
 import dev.prefill4j.api.Api;
 import dev.prefill4j.api.PrefillException;
+import dev.prefill4j.engine.io.InputFiles;
 import java.io.IOException;
 import java.lang.foreign.Arena;
 import java.lang.foreign.MemorySegment;
@@ -42,9 +43,9 @@ import java.util.function.Supplier;
  * @since 0.1
  */
 @Api.Stable
-public final class GgufFile implements GgufContent, AutoCloseable {
-    /** "GGUF" as a little-endian u32. */
-    private static final int MAGIC = 0x46554747;
+public final class GgufFile implements CloseableContent {
+    /** The first four bytes of every GGUF file, "GGUF", read as a little-endian u32 (FORMATS.md). */
+    public static final int MAGIC = 0x46554747;
     /** Default {@code general.alignment} (FORMATS.md §7). */
     public static final int DEFAULT_ALIGNMENT = 32;
     private static final int MAX_NESTING = 8;
@@ -82,9 +83,11 @@ public final class GgufFile implements GgufContent, AutoCloseable {
      *
      * @param path the file
      * @return the open file; close it to unmap
-     * @throws PrefillException ({@code P4J-GGUF}) if the file is malformed, ({@code P4J-IO}) if it cannot be read
+     * @throws PrefillException ({@code P4J-GGUF}) if the file is malformed, ({@code P4J-IO}) if it is not a readable
+     *                          regular file or cannot be read
      */
     public static GgufFile open(Path path) {
+        InputFiles.requireReadableFile(path, "the model");
         Arena arena = Arena.ofShared();
         try (FileChannel ch = FileChannel.open(path, StandardOpenOption.READ)) {
             long size = ch.size();
@@ -94,7 +97,7 @@ public final class GgufFile implements GgufContent, AutoCloseable {
             return f;
         } catch (IOException e) {
             arena.close();
-            throw new PrefillException(PrefillException.Code.IO, path + ": cannot read: " + e.getMessage(), e);
+            throw InputFiles.cannotRead(path, e);
         } catch (RuntimeException e) {
             arena.close();
             throw e;

@@ -13,7 +13,7 @@ import java.util.Map;
  * @since 0.1
  */
 @Api.Stable
-public abstract class OwnedGgufContent implements GgufContent, AutoCloseable {
+public abstract class OwnedGgufContent implements CloseableContent {
     private final String source;
     private final Arena arena;
     private final Map<String, GgufValue> metadata;

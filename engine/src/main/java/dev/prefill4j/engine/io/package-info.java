@@ -1,6 +1,7 @@
 /**
- * Guards for the files the engine's tools write ({@link dev.prefill4j.engine.io.OutputFiles}): checked before the work
- * that produces them, so that a long run does not end in a write that cannot happen or that would destroy an input.
+ * Guards for the files the engine reads ({@link dev.prefill4j.engine.io.InputFiles}) and the files its tools write
+ * ({@link dev.prefill4j.engine.io.OutputFiles}): checked before the work, so that a message names the file at fault,
+ * and a long run does not end in a write that cannot happen or that would destroy an input.
  *
  * @since 0.1
  */

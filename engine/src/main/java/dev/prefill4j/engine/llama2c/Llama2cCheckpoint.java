@@ -2,7 +2,9 @@ package dev.prefill4j.engine.llama2c;
 
 import dev.prefill4j.api.Api;
 import dev.prefill4j.api.PrefillException;
+import dev.prefill4j.engine.io.InputFiles;
 import dev.prefill4j.engine.gguf.GgmlType;
+import dev.prefill4j.engine.gguf.GgufFile;
 import dev.prefill4j.engine.gguf.GgufTensor;
 import dev.prefill4j.engine.gguf.GgufValue;
 import dev.prefill4j.engine.gguf.OwnedGgufContent;
@@ -49,9 +51,12 @@ public final class Llama2cCheckpoint extends OwnedGgufContent {
      * @param model     the {@code .bin} checkpoint
      * @param tokenizer the {@code tokenizer.bin}
      * @return the content; close it to unmap
-     * @throws PrefillException if either file is malformed
+     * @throws PrefillException ({@code P4J-GGUF}) if either file is malformed, ({@code P4J-IO}) if either is not a
+     *                          readable regular file or cannot be read
      */
     public static Llama2cCheckpoint open(Path model, Path tokenizer) {
+        InputFiles.requireReadableFile(model, "the llama2.c checkpoint");
+        InputFiles.requireReadableFile(tokenizer, "the llama2.c tokenizer");
         Arena arena = Arena.ofShared();
         try (FileChannel ch = FileChannel.open(model, StandardOpenOption.READ)) {
             long size = ch.size();
@@ -59,6 +64,11 @@ public final class Llama2cCheckpoint extends OwnedGgufContent {
                 throw fail(model, "truncated: " + size + " bytes is too short for a llama2.c header");
             }
             MemorySegment seg = ch.map(FileChannel.MapMode.READ_ONLY, 0, size, arena);
+            if (seg.get(I32, 0) == GgufFile.MAGIC) {
+                throw new PrefillException(PrefillException.Code.ARGUMENT, model + " is a GGUF file, which holds its"
+                        + " own vocabulary: a tokenizer file (--tokenizer) goes only with a llama2.c .bin checkpoint;"
+                        + " drop it");
+            }
             int dim = seg.get(I32, 0);
             int hidden = seg.get(I32, 4);
             int layers = seg.get(I32, 8);
@@ -142,7 +152,7 @@ public final class Llama2cCheckpoint extends OwnedGgufContent {
             return new Llama2cCheckpoint(model, arena, md, tensors);
         } catch (IOException e) {
             arena.close();
-            throw new PrefillException(PrefillException.Code.IO, model + ": cannot read: " + e.getMessage(), e);
+            throw InputFiles.cannotRead(model, e);
         } catch (RuntimeException e) {
             arena.close();
             throw e;
@@ -150,11 +160,20 @@ public final class Llama2cCheckpoint extends OwnedGgufContent {
     }
 
     /** Reads tokenizer.bin: u32 max_token_length, then per token f32 score, u32 length, bytes (FORMATS.md §8). */
-    private static void readTokenizer(Path file, int vocab, Map<String, GgufValue> md) throws IOException {
-        byte[] b = Files.readAllBytes(file);
+    private static void readTokenizer(Path file, int vocab, Map<String, GgufValue> md) {
+        byte[] b;
+        try {
+            b = Files.readAllBytes(file);
+        } catch (IOException e) {
+            throw InputFiles.cannotRead(file, e);
+        }
         MemorySegment seg = MemorySegment.ofArray(b);
         if (b.length < 4) {
             throw fail(file, "truncated: too short for a tokenizer.bin header");
+        }
+        if (seg.get(I32, 0) == GgufFile.MAGIC) {
+            throw fail(file, "a GGUF file, not a llama2.c tokenizer.bin (--tokenizer takes the tokenizer.bin written"
+                    + " with the checkpoint)");
         }
         long pos = 4;
         String[] pieces = new String[vocab];
