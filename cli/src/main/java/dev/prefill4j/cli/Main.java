@@ -6,6 +6,7 @@ import java.io.IOException;
 import java.io.OutputStream;
 import java.io.PrintStream;
 import java.io.PrintWriter;
+import java.util.concurrent.atomic.AtomicBoolean;
 import java.util.logging.ConsoleHandler;
 import java.util.logging.Level;
 import java.util.logging.Logger;
@@ -93,7 +94,21 @@ public final class Main {
             err.flush();
             return ex instanceof PrefillException pe && pe.code() == PrefillException.Code.ARGUMENT ? 2 : 1;
         });
-        return cl.execute(args);
+        // Ctrl-C or SIGTERM: the JVM runs its shutdown hooks (which remove partial output files) and exits 130 or
+        // 143; say so on a line of its own rather than leave a progress line open.
+        AtomicBoolean finished = new AtomicBoolean();
+        Thread stopped = new Thread(() -> {
+            if (!finished.get()) {
+                System.err.print((errLine.midLine() ? "\n" : "") + "prefill4j: stopped before it finished\n");
+                System.err.flush();
+            }
+        }, "prefill4j-stopped");
+        Runtime.getRuntime().addShutdownHook(stopped);
+        try {
+            return cl.execute(args);
+        } finally {
+            finished.set(true);
+        }
     }
 
     /**

@@ -46,7 +46,9 @@ final class SynthCommand implements Callable<Integer> {
             for (GgufTensor t : model.tensors()) {
                 w.tensor(t.name(), t.ne(), t.type(), dst -> MemorySegment.copy(t.data(), 0, dst, 0, dst.byteSize()));
             }
-            w.write(output);
+            Progress writing = new Progress("writing " + output);
+            w.write(output, writing);
+            writing.done();
             System.err.printf("wrote %s: synthetic %s, %s, seed %d, %d tensors%n", output, s.cliName(), type, seed,
                     model.tensors().size());
         }

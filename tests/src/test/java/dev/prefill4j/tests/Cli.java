@@ -39,13 +39,18 @@ final class Cli {
 
     /** {@link #run(String...)} with {@code env} added to the environment (e.g. a locale). */
     static Result run(java.util.Map<String, String> env, String... args) throws IOException, InterruptedException {
+        return exec(command(args), env);
+    }
+
+    /** The command line that {@link #run(String...)} runs, for a test that starts and stops the process itself. */
+    static List<String> command(String... args) {
         List<String> cmd = new ArrayList<>(List.of(Path.of(System.getProperty("java.home"), "bin", "java").toString(),
                 // as the launcher: huge pages under KV reads, decode buffers on cache-line boundaries
                 "--enable-native-access=dev.prefill4j.kvstore.ssd,dev.prefill4j.backend.cpu",
                 "--module-path", cliJar() + java.io.File.pathSeparator + modules(),
                 "--add-modules", "ALL-MODULE-PATH", "-m", "dev.prefill4j.cli/dev.prefill4j.cli.Main"));
         cmd.addAll(List.of(args));
-        return exec(cmd, env);
+        return cmd;
     }
 
     /** Runs {@code image/bin/java -m dev.prefill4j.cli ...}. */

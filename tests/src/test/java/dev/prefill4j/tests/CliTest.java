@@ -140,6 +140,40 @@ class CliTest {
         }
     }
 
+    /**
+     * SIGTERM (as Ctrl-C, through the JVM's shutdown hooks) while a model is being written leaves neither the output
+     * nor the hidden partial file beside it, and says on a line of its own that the command stopped. The partial file,
+     * as large as the model (2.4 GB here), had stayed.
+     */
+    @Test
+    void aStoppedWriteLeavesNoPartialFile() throws Exception {
+        Path out = dir.resolve("out");
+        Files.createDirectory(out);
+        Path err = dir.resolve("stderr.txt");
+        Process p = new ProcessBuilder(Cli.command("synth", "--shape", "llama-1b", "--type", "f16", "-o",
+                out.resolve("m.gguf").toString())).redirectErrorStream(true).redirectOutput(err.toFile()).start();
+        try {
+            long deadline = System.nanoTime() + java.util.concurrent.TimeUnit.SECONDS.toNanos(120);
+            boolean writing = false;
+            while (!writing && p.isAlive() && System.nanoTime() < deadline) {
+                try (var s = Files.list(out)) {
+                    writing = s.anyMatch(f -> f.getFileName().toString().endsWith(".partial"));
+                }
+                Thread.sleep(10);
+            }
+            assertTrue(writing && p.isAlive(), "the command never wrote a partial file: " + Files.readString(err));
+            p.destroy(); // SIGTERM
+            assertTrue(p.waitFor(60, java.util.concurrent.TimeUnit.SECONDS));
+        } finally {
+            p.destroyForcibly();
+        }
+        assertEquals(143, p.exitValue(), Files.readString(err));
+        try (var s = Files.list(out)) {
+            assertEquals(List.of(), s.toList(), "nothing left in the output directory");
+        }
+        assertTrue(Files.readString(err).contains("\nprefill4j: stopped before it finished\n"), Files.readString(err));
+    }
+
     /** A model or tokenizer path that is wrong names the file at fault and what is wrong with it. */
     @Test
     void wrongModelPathsNameTheFileAtFault() throws Exception {

@@ -21,7 +21,6 @@ import java.io.File;
 import java.nio.file.Files;
 import java.nio.file.Path;
 import java.nio.file.attribute.PosixFilePermissions;
-import java.util.ArrayList;
 import java.util.HashMap;
 import java.util.List;
 import java.util.Map;
@@ -137,10 +136,8 @@ class KeptKVCacheTest {
     @Test
     void aCacheLeftByAKilledProcessIsRefused() throws Exception {
         Path model = Models.require("tiny-256-F32.gguf");
-        List<String> cmd = new ArrayList<>(List.of(Path.of(System.getProperty("java.home"), "bin", "java").toString(),
-                "--module-path", Cli.cliJar() + File.pathSeparator + Cli.modules(), "--add-modules", "ALL-MODULE-PATH",
-                "-m", "dev.prefill4j.cli/dev.prefill4j.cli.Main", "run", "-m", model.toString(), "-n", "2000",
-                "--temp", "0", "--kv", "ssd", "--kv-dir", dir.toString(), "--kv-keep", "crash", "--kv-page", "16"));
+        List<String> cmd = Cli.command("run", "-m", model.toString(), "-n", "2000", "--temp", "0", "--kv", "ssd",
+                "--kv-dir", dir.toString(), "--kv-keep", "crash", "--kv-page", "16");
         Process p = new ProcessBuilder(cmd).redirectErrorStream(true).redirectOutput(ProcessBuilder.Redirect.DISCARD)
                 .start();
         Path data = dir.resolve("crash.p4kv");
@@ -221,8 +218,11 @@ class KeptKVCacheTest {
              LlamaModel m = e.load(Models.require("stories260K-F32.gguf"))) {
             try (Session s = e.newSession(m, options(KVElementType.F16, null, false))) {
                 s.generate(Models.PROMPT, 4, new Sampler(SamplerConfig.greedy()), true, false, null);
-                assertFalse(list().isEmpty());
+                // in use, open, and already without a name (SsdKVStoreTest.aKilledRunLeavesNoCacheFile)
+                assertEquals(1, SsdKVStoreTest.openCacheFiles(ProcessHandle.current().pid(), dir).size());
+                assertEquals(List.of(), list());
             }
+            assertEquals(List.of(), SsdKVStoreTest.openCacheFiles(ProcessHandle.current().pid(), dir));
             assertEquals(List.of(), list());
         }
     }

@@ -5,6 +5,7 @@ import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
+import static org.junit.jupiter.api.Assumptions.assumeTrue;
 
 import dev.prefill4j.api.PrefillException;
 import dev.prefill4j.api.spi.KVCache;
@@ -64,6 +65,57 @@ class SsdKVStoreTest {
         assertEquals(List.of(), files(), "cache files are removed on close");
     }
 
+    /**
+     * A run killed with SIGKILL, as the OOM killer kills, leaves no cache file in {@code --kv-dir}: the store removes
+     * the file's name as soon as the file is open, and the kernel frees its space when the process ends. The name had
+     * stayed until the session closed, so any abnormal exit left the whole cache behind.
+     */
+    @Test
+    void aKilledRunLeavesNoCacheFile() throws Exception {
+        assumeTrue(Files.isDirectory(Path.of("/proc/self/fd")), "no /proc/PID/fd to see the open cache file through");
+        List<String> cmd = Cli.command("run", "-m", Models.require("tiny-256-F32.gguf").toString(), "-n", "2000",
+                "--temp", "0", "--kv", "ssd", "--kv-dir", dir.toString(), "--kv-page", "16");
+        Process p = new ProcessBuilder(cmd).redirectErrorStream(true).redirectOutput(ProcessBuilder.Redirect.DISCARD)
+                .start();
+        try {
+            long deadline = System.nanoTime() + java.util.concurrent.TimeUnit.SECONDS.toNanos(120);
+            List<Path> open = List.of();
+            while (open.isEmpty() && p.isAlive() && System.nanoTime() < deadline) {
+                open = openCacheFiles(p.pid(), dir);
+                Thread.sleep(20);
+            }
+            assertTrue(!open.isEmpty() && p.isAlive(), "the run never held a cache file in " + dir + " open");
+            assertEquals(List.of(), files(), "nothing in the directory while the cache is in use");
+        } finally {
+            p.destroyForcibly().waitFor(60, java.util.concurrent.TimeUnit.SECONDS);
+        }
+        assertEquals(List.of(), files(), "nothing in the directory after SIGKILL");
+    }
+
+    /**
+     * The cache files in {@code dir} that process {@code pid} holds open, as {@code /proc/PID/fd/N} paths, which open
+     * the file even after its name is gone; empty where there is no {@code /proc}.
+     */
+    static List<Path> openCacheFiles(long pid, Path dir) {
+        String prefix;
+        try {
+            prefix = dir.toRealPath().resolve("prefill4j-kv-").toString(); // as the kernel names an open file
+        } catch (java.io.IOException e) {
+            throw new java.io.UncheckedIOException(e);
+        }
+        try (Stream<Path> s = Files.list(Path.of("/proc", Long.toString(pid), "fd"))) {
+            return s.filter(fd -> {
+                try {
+                    return Files.readSymbolicLink(fd).toString().startsWith(prefix);
+                } catch (java.io.IOException closed) {
+                    return false; // closed since it was listed
+                }
+            }).toList();
+        } catch (java.io.IOException | java.io.UncheckedIOException e) {
+            return List.of(); // no /proc, or the process ended
+        }
+    }
+
     private List<Path> files() {
         try (Stream<Path> s = Files.list(dir)) {
             return s.filter(p -> p.getFileName().toString().startsWith("prefill4j-kv-")).toList();
@@ -88,7 +140,8 @@ class SsdKVStoreTest {
             float[] got = new float[32];
             cache.page(1, 1).key(0, 0, 32, got, 0);
             assertEquals(4 * 32 * 0.25f, got[0]);
-            Path file = files().get(0);
+            assertEquals(List.of(), files(), "the cache file has no name while open");
+            Path file = openCacheFiles(ProcessHandle.current().pid(), dir).get(0);
             assertEquals("rw-------", PosixFilePermissions.toString(Files.getPosixFilePermissions(file)));
             // Slots run K, V per page and pages per layer: layer 1, page 0 starts at slot 2 x 16 pages; flip a byte of
             // its V payload, after the 64-byte header.

@@ -17,6 +17,7 @@ import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.Objects;
+import java.util.function.DoubleConsumer;
 
 /**
  * Writes a GGUF v3 file the way llama.cpp's own writer does (FORMATS.md §7): metadata in insertion order,
@@ -113,6 +114,17 @@ public final class GgufWriter {
      *                          {@link OutputFiles#replaceWhole})
      */
     public void write(Path target) {
+        write(target, null);
+    }
+
+    /**
+     * Writes the file, saying how much of it is on disk.
+     *
+     * @param target   where to write; replaced atomically where the file system allows
+     * @param progress the fraction of the tensor bytes filled and flushed to disk, after each tensor; or {@code null}
+     * @throws PrefillException as {@link #write(Path)}
+     */
+    public void write(Path target, DoubleConsumer progress) {
         int alignment = GgufFile.DEFAULT_ALIGNMENT;
         GgufValue a = metadata.get("general.alignment");
         if (a != null) {
@@ -134,8 +146,15 @@ public final class GgufWriter {
                 MemorySegment.copy(MemorySegment.ofArray(header), 0, out, 0, header.length);
                 long off = dataStart;
                 for (Pending t : tensors) {
-                    t.data.fill(out.asSlice(off, t.bytes));
+                    MemorySegment dst = out.asSlice(off, t.bytes);
+                    t.data.fill(dst);
                     off += GgufFile.align(t.bytes, align);
+                    if (progress != null) {
+                        // Flushed as it goes, so that the fraction counts bytes on disk, not dirty pages that the
+                        // final force would still have to write.
+                        dst.force();
+                        progress.accept((double) off / size);
+                    }
                 }
                 out.force();
             }

@@ -106,7 +106,8 @@ public final class OutputFiles {
     /**
      * Writes {@code target} through a temporary file beside it ({@code .NAME.PID.NANOS.partial}, which is never mistaken
      * for the finished file) that replaces the target only once complete, atomically where the file system allows: a
-     * failure part way leaves the target as it was and removes the partial file.
+     * failure part way, or the JVM's exit (an interrupt or SIGTERM, which run shutdown hooks), leaves the target as it
+     * was and removes the partial file.
      *
      * @param target  the file to write or replace
      * @param what    what is written, for the message
@@ -123,6 +124,9 @@ public final class OutputFiles {
             // Not Files.createTempFile: its owner-only mode would stick to the finished file; this follows the umask.
             tmp = file.getParent().resolve("." + file.getFileName() + "." + ProcessHandle.current().pid() + "."
                     + System.nanoTime() + ".partial");
+            // Ctrl-C or SIGTERM part way runs the JVM's shutdown hooks but no finally block of this thread: without
+            // this, a hidden partial file as large as the output (2.4 GB for a 1B F16 model) stays behind.
+            tmp.toFile().deleteOnExit();
             writing.writeTo(tmp);
             Files.move(tmp, file, StandardCopyOption.REPLACE_EXISTING, StandardCopyOption.ATOMIC_MOVE);
         } catch (IOException e) {

@@ -84,7 +84,7 @@ final class SsdKVCache implements KVCache {
     private boolean closed;
 
     /**
-     * Opens a cache: a new anonymous one (removed on close), a new kept one, or a kept one reopened.
+     * Opens a cache: a new anonymous one (its name removed as soon as it is open), a new kept one, or a kept one reopened.
      *
      * @param config     geometry
      * @param dir        directory of the files
@@ -113,6 +113,7 @@ final class SsdKVCache implements KVCache {
             this.file = dir.resolve("prefill4j-kv-" + ProcessHandle.current().pid() + "-" + System.nanoTime() + ".kv");
             this.channel = DirectIo.create(file, dir);
             this.resumedState = null;
+            unlinkWhileOpen(file);
         } else {
             this.kept = new KeptFiles(dir, keepName, config, slot);
             this.file = kept.data();
@@ -669,6 +670,20 @@ final class SsdKVCache implements KVCache {
                     notifyAll();
                 }
             }
+        }
+    }
+
+    /**
+     * Removes a session's own cache file from its directory as soon as it is open: the open channel keeps the data, and
+     * the kernel frees the space when the process ends, however it ends. Removed only at {@link #close()}, a file of up
+     * to tens of gigabytes (a 1M-token context) stayed behind after Ctrl-C, SIGTERM, SIGKILL or the OOM killer. Where
+     * the file system does not allow removing an open file, it is removed at close or at the JVM's exit instead.
+     */
+    private static void unlinkWhileOpen(Path file) {
+        try {
+            Files.delete(file);
+        } catch (IOException e) {
+            file.toFile().deleteOnExit();
         }
     }
 }
