@@ -146,9 +146,18 @@ final class BenchCommand implements Callable<Integer> {
         // What the JVM holds before any model is touched: the floor under every peak below (tens of MiB), which the
         // aim (model + KV cache + 15%) does not cover and which dominates a tiny model's peak.
         long startRss = residentBytes("VmRSS:");
-        if (reps < 1 || gen < 0 || verifyTokens < 0 || Arrays.stream(prompts).anyMatch(p -> p < 1)) {
-            throw new PrefillException(PrefillException.Code.ARGUMENT,
-                    "-r must be >= 1, -n >= 0, --verify-tokens >= 0, every -p >= 1");
+        // Every number checked here, before any work (--depth-passes had been refused only after every pp and tg
+        // test ran), and every one out of range named at once.
+        List<String> bad = new ArrayList<>();
+        atLeast(bad, "-r", reps, 1, "");
+        atLeast(bad, "-n", gen, 0, "");
+        atLeast(bad, "--verify-tokens", verifyTokens, 0, "");
+        atLeast(bad, "every -p", Arrays.stream(prompts).min().orElse(1), 1, "");
+        atLeast(bad, "--context", context, 0, " (off)");
+        atLeast(bad, "--burst", burst, 1, "");
+        atLeast(bad, "--depth-passes", depthPasses, 1, "");
+        if (!bad.isEmpty()) {
+            throw new PrefillException(PrefillException.Code.ARGUMENT, String.join("; ", bad));
         }
         // Without a model, bench's default is the Llama-3.2-1B geometry in Q4_0, generated in memory.
         var parsed = spec.commandLine().getParseResult();
@@ -456,6 +465,14 @@ final class BenchCommand implements Callable<Integer> {
         return list;
     }
 
+    /** Adds "{@code what} must be at least {@code min}, got {@code value}" to {@code bad} where it is less. */
+    private static void atLeast(List<String> bad, String what, int value, int min, String meaningOfMin) {
+        if (value < min) {
+            bad.add(min == 0 && !meaningOfMin.isEmpty() ? what + " must be 0" + meaningOfMin + " or more, got " + value
+                    : what + " must be at least " + min + ", got " + value);
+        }
+    }
+
     /**
      * Decode at depth, in one session so the two are compared within one run: the KV cache is filled with synthetic
      * K/V to {@link #context} positions, then {@link #depthPasses} passes (after a warm-up) of one token, then, with
@@ -466,12 +483,6 @@ final class BenchCommand implements Callable<Integer> {
      */
     private List<Map<String, Object>> depthTests(Engine e, LlamaModel model, SessionOptions base, String name) {
         LlamaConfig c = model.config();
-        if (burst < 1) {
-            throw new PrefillException(PrefillException.Code.ARGUMENT, "--burst must be at least 1");
-        }
-        if (depthPasses < 1) {
-            throw new PrefillException(PrefillException.Code.ARGUMENT, "--depth-passes must be at least 1");
-        }
         int passes = depthPasses;
         SessionOptions o = base.withContextLength(context + burst);
         List<Map<String, Object>> rows = new ArrayList<>();

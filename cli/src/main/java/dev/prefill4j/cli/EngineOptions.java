@@ -109,6 +109,10 @@ final class EngineOptions {
             default -> throw new PrefillException(PrefillException.Code.ARGUMENT,
                     "unknown --activations '" + activations + "'; use f32, quantized or per-token");
         };
+        if (ctx < 0) {
+            throw new PrefillException(PrefillException.Code.ARGUMENT, "-c must be 0 (the model's context) or more, got "
+                    + ctx);
+        }
         if (kvPage < 0) {
             throw new PrefillException(PrefillException.Code.ARGUMENT, "--kv-page must be 0 (the store's choice) or more");
         }

@@ -254,6 +254,58 @@ class CliTest {
                 "-p", "Once upon a time there was", "-n", "4"), "exceed the context of 6");
     }
 
+    /**
+     * Out-of-range numbers are usage errors named with their value, found before any work: {@code -c -5} had been an
+     * internal error, {@code --burst 0} and bench's {@code --context -5} had run as if not given, and bench's
+     * {@code --depth-passes 0} had been refused only after every pp and tg test had run.
+     */
+    @Test
+    void outOfRangeNumbersAreUsageErrorsBeforeAnyWork() throws Exception {
+        String model = Models.require("stories260K-F32.gguf").toString();
+        String[][] cases = {
+            {"-c must be 0 (the model's context) or more, got -5", "run", "-m", model, "-c", "-5"},
+            {"--burst must be at least 1, got 0", "run", "-m", model, "--burst", "0", "--temp", "0"},
+            {"-n must be at least 0, got -1", "run", "-m", model, "-n", "-1"},
+            {"--context must be 0 (off) or more, got -5", "bench", "-m", model, "--context", "-5"},
+            {"--burst must be at least 1, got -3", "bench", "-m", model, "--burst", "-3"},
+            {"--depth-passes must be at least 1, got 0", "bench", "-m", model, "--context", "64", "--depth-passes",
+                "0"},
+            {"-r must be at least 1, got 0; every -p must be at least 1, got 0", "bench", "-m", model, "-r", "0", "-p",
+                "0"},
+        };
+        for (String[] c : cases) {
+            Cli.Result r = Cli.run(Arrays.copyOfRange(c, 1, c.length));
+            assertEquals(2, r.exit(), r.toString());
+            assertEquals("prefill4j: error: " + c[0] + " [P4J-ARG]", r.err().strip(), r.toString());
+        }
+    }
+
+    /**
+     * The decode rate counts decode steps, and the stats line says so: the first token after a prompt comes from the
+     * prefill's logits. "3 tokens in T ms (R tok/s)" had been printed with R = 2 / T.
+     */
+    @Test
+    void theDecodeRateCountsDecodeSteps() throws Exception {
+        String model = Models.require("stories260K-F32.gguf").toString();
+        Cli.Result three = Cli.run("run", "-m", model, "-n", "3", "--temp", "0");
+        assertEquals(0, three.exit(), three.toString());
+        java.util.regex.Matcher m = java.util.regex.Pattern
+                .compile("\\| 3 generated, decode: 2 steps in ([0-9.]+) ms \\(([0-9.]+) tok/s\\) \\|")
+                .matcher(three.err());
+        assertTrue(m.find(), three.toString());
+        double ms = Double.parseDouble(m.group(1));
+        double rate = Double.parseDouble(m.group(2));
+        // Both are printed rounded to 0.1: the rate within 0.05 plus what 0.05 ms moves 2 steps / ms (counting the 3
+        // tokens would be 1.5 times it).
+        double expected = 2000 / ms;
+        assertEquals(expected, rate, 0.05 + expected * 0.05 / ms + 1e-9, three.toString());
+        Cli.Result one = Cli.run("run", "-m", model, "-n", "1", "--temp", "0");
+        assertTrue(one.err().contains("| 1 generated, decode: no step (the token came from the prefill's logits) |"),
+                one.toString());
+        Cli.Result json = Cli.run("run", "-m", model, "-n", "3", "--temp", "0", "--json");
+        assertTrue(json.out().contains("\"decode_steps\": 2,"), json.out());
+    }
+
     @Test
     void verboseAddsTheStackTraceAndUsageErrorsExitWith2() throws Exception {
         Cli.Result r = Cli.run("run", "-m", dir.resolve("absent.gguf").toString(), "--verbose");
