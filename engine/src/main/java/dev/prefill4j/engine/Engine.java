@@ -40,7 +40,8 @@ import java.util.function.DoubleConsumer;
  *
  * <p>Selection follows {@link PluginRegistry}: explicit ids from the {@link Builder}, else system properties,
  * else priority. Thread-safe for loading; each session is used by one thread at a time, and sessions of one
- * engine share its device, so run them one after another.
+ * engine share its device, so run them one after another. A closed engine loads nothing and opens no session (nor
+ * does a closed model): those calls throw {@link IllegalStateException}.
  *
  * @since 0.1
  */
@@ -52,6 +53,7 @@ public final class Engine implements AutoCloseable {
     private final Attention attention;
     private final AttentionKernel kernel;
     private final KVStore kvStore;
+    private volatile boolean closed;
     /** The activation buffers of the last closed session, for the next one. */
     private final Workspace.Pool workspaces = new Workspace.Pool();
     /**
@@ -127,6 +129,7 @@ public final class Engine implements AutoCloseable {
      * @throws PrefillException as {@link #open} does, and if the model needs a format no module provides
      */
     public LlamaModel load(Path model, Path tokenizer) {
+        requireOpen();
         CloseableContent content = open(model, tokenizer);
         try {
             LlamaModel m = LlamaModel.bind(content, false, registry, content);
@@ -183,6 +186,7 @@ public final class Engine implements AutoCloseable {
      * @return the model, labelled synthetic
      */
     public LlamaModel synthetic(SyntheticLlama.Shape shape, String formatId, long seed, DoubleConsumer progress) {
+        requireOpen();
         return bindGenerated(generateSynthetic(registry, shape, formatId, seed, progress));
     }
 
@@ -222,6 +226,7 @@ public final class Engine implements AutoCloseable {
      */
     public void readyKernels(SyntheticLlama.Shape shape, String formatId, SessionOptions options, int promptTokens,
                              DoubleConsumer progress) {
+        requireOpen();
         if (promptTokens < 1) {
             throw new PrefillException(PrefillException.Code.ARGUMENT, "readying kernels needs a prompt of 1 token "
                     + "or more, not " + promptTokens);
@@ -296,6 +301,10 @@ public final class Engine implements AutoCloseable {
      * @return the session; close it to free the KV cache
      */
     public Session newSession(LlamaModel model, SessionOptions options) {
+        requireOpen();
+        if (model.isClosed()) {
+            throw new IllegalStateException(model.source() + " is closed; load it again");
+        }
         LlamaConfig c = model.config();
         int capacity = options.contextLength() == 0 ? c.contextLength() : options.contextLength();
         if (!kvStore.elementTypes().contains(options.kvType())) {
@@ -514,8 +523,16 @@ public final class Engine implements AutoCloseable {
     /** Closes the device and drops the activation buffers kept for the next session. */
     @Override
     public void close() {
+        closed = true;
         workspaces.clear();
         device.close();
+    }
+
+    /** Its device is closed: nothing may be loaded or run on it. */
+    private void requireOpen() {
+        if (closed) {
+            throw new IllegalStateException("the engine is closed; build another with Engine.builder()");
+        }
     }
 
     /** Configures an {@link Engine}. @since 0.1 */

@@ -27,7 +27,8 @@ import java.util.function.IntConsumer;
  *
  * <p>Every layer's output is checked for NaN/Inf; the first one found fails with {@code P4J-NONFINITE} naming
  * the layer and position. Not thread-safe; close it to free the KV cache. Closing also hands its activation buffers
- * to the next session its engine opens with the same shape, so a closed session must not be used again.
+ * to the next session its engine opens with the same shape, so a closed session is not used again: its methods then
+ * throw {@link IllegalStateException}.
  *
  * @since 0.1
  */
@@ -201,6 +202,7 @@ public final class Session implements AutoCloseable {
      * @throws PrefillException ({@code P4J-CONTEXT}) if the tokens do not fit, ({@code P4J-NONFINITE}) on NaN/Inf
      */
     public float[] prefill(int[] tokens, boolean allLogits) {
+        requireOpen();
         if (tokens.length == 0) {
             throw new PrefillException(PrefillException.Code.ARGUMENT, "nothing to prefill: the prompt has no tokens");
         }
@@ -254,6 +256,8 @@ public final class Session implements AutoCloseable {
      */
     public Generation generate(String prompt, int maxTokens, Sampler sampler, boolean ignoreEos, boolean keepLogits,
                                IntConsumer onToken) {
+        requireOpen();
+        checkMaxTokens(maxTokens);
         int[] ids = model.tokenizer().encode(prompt);
         if ((long) position + ids.length + maxTokens > capacity) {
             throw new PrefillException(PrefillException.Code.CONTEXT, "the prompt (" + ids.length + " tokens) plus "
@@ -300,6 +304,8 @@ public final class Session implements AutoCloseable {
      * @throws PrefillException ({@code P4J-ARG}) if no generated token is waiting to be fed
      */
     public Generation resume(int maxTokens, Sampler sampler, boolean ignoreEos, IntConsumer onToken) {
+        requireOpen();
+        checkMaxTokens(maxTokens);
         requirePending(maxTokens);
         Sampler use = sampler != null ? sampler : this.sampler != null ? this.sampler
                 : new Sampler(SamplerConfig.greedy());
@@ -352,6 +358,8 @@ public final class Session implements AutoCloseable {
     public BurstGeneration generateWithBursts(String prompt, int maxTokens, int burst,
                                               DraftSource drafts, boolean ignoreEos,
                                               IntConsumer onToken) {
+        requireOpen();
+        checkMaxTokens(maxTokens);
         checkBurst(burst);
         int[] ids = model.tokenizer().encode(prompt);
         if ((long) position + ids.length + maxTokens + burst > capacity) {
@@ -377,9 +385,25 @@ public final class Session implements AutoCloseable {
      */
     public BurstGeneration resumeWithBursts(int maxTokens, int burst, DraftSource drafts, boolean ignoreEos,
                                             IntConsumer onToken) {
+        requireOpen();
+        checkMaxTokens(maxTokens);
         checkBurst(burst);
         requirePending(maxTokens + burst);
         return bursts(new int[0], pending, true, maxTokens, burst, drafts, ignoreEos, onToken, 0);
+    }
+
+    /** A closed session's buffers may already serve another session of the engine: refuse, rather than share them. */
+    private void requireOpen() {
+        if (closed) {
+            throw new IllegalStateException("the session is closed; open another with Engine.newSession");
+        }
+    }
+
+    private static void checkMaxTokens(int maxTokens) {
+        if (maxTokens < 0) {
+            throw new PrefillException(PrefillException.Code.ARGUMENT, "tokens to generate must be at least 0, got "
+                    + maxTokens);
+        }
     }
 
     private static void checkBurst(int burst) {
@@ -473,6 +497,7 @@ public final class Session implements AutoCloseable {
      * @param progress  fraction done, or {@code null}
      */
     public void fillSyntheticKv(int positions, long seed, java.util.function.DoubleConsumer progress) {
+        requireOpen();
         if ((long) position + positions > capacity) {
             throw new PrefillException(PrefillException.Code.CONTEXT, positions + " synthetic positions at " + position
                     + " exceed the context of " + capacity);
@@ -506,6 +531,7 @@ public final class Session implements AutoCloseable {
      * @param length positions kept, at most {@link #position()}
      */
     public void truncate(int length) {
+        requireOpen();
         cut(length);
         pending = -1;
     }

@@ -161,4 +161,38 @@ class WorkspaceReuseTest {
             }
         }
     }
+
+    /**
+     * Calls on closed objects are refused: a closed session's buffers may already be another session's (its prefill
+     * had run into them, failing only when it reached the closed KV cache), and a closed model's or engine's memory is
+     * gone (both had accepted newSession/load). A negative token count is refused before the prompt is prefilled (it
+     * had prefilled it, then failed with NegativeArraySizeException, leaving the session advanced).
+     */
+    @Test
+    void closedObjectsAndNegativeCountsAreRefusedBeforeAnyWork() {
+        Engine e = Engine.builder().threads(2).build();
+        LlamaModel m = e.synthetic(SyntheticLlama.Shape.TINY, "f32", 7, null);
+        Session closed = e.newSession(m, CHUNK_8);
+        closed.close();
+        int[] ids = prompt(3, 9);
+        float[] expected = fresh("f32", CHUNK_8, ids);
+        try (Session s = e.newSession(m, CHUNK_8)) { // takes over the closed session's buffers
+            IllegalStateException refused = assertThrows(IllegalStateException.class, () -> closed.prefill(ids, true));
+            assertEquals("the session is closed; open another with Engine.newSession", refused.getMessage());
+            assertThrows(IllegalStateException.class, () -> closed.generate("a", 2,
+                    new dev.prefill4j.engine.Sampler(dev.prefill4j.engine.SamplerConfig.greedy()), true, false, null));
+            PrefillException negative = assertThrows(PrefillException.class, () -> s.generate("a", -1,
+                    new dev.prefill4j.engine.Sampler(dev.prefill4j.engine.SamplerConfig.greedy()), true, false, null));
+            assertEquals(PrefillException.Code.ARGUMENT, negative.code());
+            assertEquals(0, s.position(), "nothing was prefilled");
+            assertArrayEquals(expected, run(s, ids));
+        }
+        m.close();
+        IllegalStateException model = assertThrows(IllegalStateException.class, () -> e.newSession(m, CHUNK_8));
+        assertEquals(m.source() + " is closed; load it again", model.getMessage());
+        e.close();
+        IllegalStateException engine = assertThrows(IllegalStateException.class,
+                () -> e.synthetic(SyntheticLlama.Shape.TINY, "f32", 7, null));
+        assertEquals("the engine is closed; build another with Engine.builder()", engine.getMessage());
+    }
 }

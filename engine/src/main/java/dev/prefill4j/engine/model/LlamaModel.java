@@ -31,6 +31,7 @@ public final class LlamaModel implements AutoCloseable {
     private final Layer[] layers;
     private final AutoCloseable resource;
     private final GgufContent content;
+    private volatile boolean closed;
 
     /**
      * One transformer block's weights.
@@ -199,8 +200,14 @@ public final class LlamaModel implements AutoCloseable {
         return ids.size() == 1 ? ids.iterator().next() : "mixed" + ids;
     }
 
+    /** {@return whether {@link #close()} has run: the weights' memory is released, and no session may start} */
+    public boolean isClosed() {
+        return closed;
+    }
+
     @Override
     public void close() {
+        closed = true;
         if (resource != null) {
             try {
                 resource.close();
