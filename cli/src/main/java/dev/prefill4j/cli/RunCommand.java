@@ -9,6 +9,7 @@ import dev.prefill4j.engine.SamplerConfig;
 import dev.prefill4j.engine.Session;
 import dev.prefill4j.engine.SessionOptions;
 import dev.prefill4j.engine.draft.PromptLookupDrafts;
+import dev.prefill4j.engine.io.InputFiles;
 import dev.prefill4j.engine.io.OutputFiles;
 import dev.prefill4j.engine.model.LlamaModel;
 import java.io.IOException;
@@ -17,6 +18,10 @@ import java.io.PrintStream;
 import java.nio.ByteBuffer;
 import java.nio.ByteOrder;
 import java.nio.channels.FileChannel;
+import java.nio.charset.CharacterCodingException;
+import java.nio.charset.CodingErrorAction;
+import java.nio.charset.StandardCharsets;
+import java.nio.file.Files;
 import java.nio.file.Path;
 import java.nio.file.StandardOpenOption;
 import java.util.LinkedHashMap;
@@ -25,7 +30,9 @@ import java.util.Map;
 import java.util.concurrent.Callable;
 import picocli.CommandLine.Command;
 import picocli.CommandLine.Mixin;
+import picocli.CommandLine.Model.CommandSpec;
 import picocli.CommandLine.Option;
+import picocli.CommandLine.Spec;
 
 /** {@code prefill4j run}: prefill a prompt, then generate. */
 @Command(name = "run", mixinStandardHelpOptions = true, sortOptions = false,
@@ -40,6 +47,14 @@ final class RunCommand implements Callable<Integer> {
     @Option(names = {"-p", "--prompt"}, paramLabel = "TEXT", defaultValue = "Once upon a time",
             description = "Prompt text (default: \"${DEFAULT-VALUE}\").")
     String prompt;
+
+    @Option(names = {"-f", "--file"}, paramLabel = "FILE",
+            description = "Read the prompt from FILE instead (UTF-8 text; one trailing newline is dropped, as "
+                    + "llama.cpp's -f drops it); - reads standard input.")
+    Path promptFile;
+
+    @Spec
+    CommandSpec spec;
 
     @Option(names = {"-n", "--n-predict"}, paramLabel = "N", defaultValue = "32",
             description = "Tokens to generate (default: ${DEFAULT-VALUE}).")
@@ -87,9 +102,22 @@ final class RunCommand implements Callable<Integer> {
         if (burst < 1) { // 0 or less had run as 1
             throw new PrefillException(PrefillException.Code.ARGUMENT, "--burst must be at least 1, got " + burst);
         }
+        boolean promptGiven = spec.commandLine().getParseResult().hasMatchedOption("-p");
+        if (promptGiven && promptFile != null) {
+            throw new PrefillException(PrefillException.Code.ARGUMENT, "give the prompt once: -p TEXT or -f FILE");
+        }
+        if (engine.resuming() && (promptGiven || promptFile != null)) { // it had been ignored
+            throw new PrefillException(PrefillException.Code.ARGUMENT, "a resumed run (--kv-resume) continues the "
+                    + "kept session's text and takes no prompt: drop " + (promptGiven ? "-p" : "-f"));
+        }
+        boolean fromStdin = promptFile != null && promptFile.toString().equals("-");
         if (logitsOut != null) { // before the model is mapped (the logits would truncate the file it is read from)
             OutputFiles.requireWritableFile(logitsOut, "--logits-out"); // and before the run, not after it
-            OutputFiles.requireNotAnInput(logitsOut, "--logits-out", engine.model, engine.tokenizer);
+            OutputFiles.requireNotAnInput(logitsOut, "--logits-out", engine.model, engine.tokenizer,
+                    fromStdin ? null : promptFile);
+        }
+        if (promptFile != null) {
+            prompt = readPrompt(fromStdin ? null : promptFile);
         }
         long samplingSeed = seed != null ? seed : System.nanoTime();
         Sampler sampler = new Sampler(new SamplerConfig(temperature, topK, topP, samplingSeed));
@@ -185,6 +213,39 @@ final class RunCommand implements Callable<Integer> {
             out.flush();
         }
         return 0;
+    }
+
+    /**
+     * {@return the prompt in {@code file} (standard input where {@code null}) as strict UTF-8, less one trailing line
+     * feed} llama.cpp's {@code -f} drops that one newline too (common/arg.cpp), so a file saved by an editor gives the
+     * same tokens in both.
+     */
+    static String readPrompt(Path file) throws IOException {
+        String where = file == null ? "standard input" : file.toString();
+        byte[] bytes;
+        if (file == null) {
+            bytes = System.in.readAllBytes();
+        } else {
+            // Read, not mapped: a pipe serves as well as a file (-f <(command), -f /dev/stdin).
+            if (Files.isDirectory(file)) {
+                throw new PrefillException(PrefillException.Code.IO, file + " is a directory, not the prompt file: "
+                        + "give the file's path");
+            }
+            try {
+                bytes = Files.readAllBytes(file);
+            } catch (IOException e) {
+                throw InputFiles.cannotRead(file, e);
+            }
+        }
+        String text;
+        try {
+            text = StandardCharsets.UTF_8.newDecoder().onMalformedInput(CodingErrorAction.REPORT)
+                    .onUnmappableCharacter(CodingErrorAction.REPORT).decode(ByteBuffer.wrap(bytes)).toString();
+        } catch (CharacterCodingException e) {
+            throw new PrefillException(PrefillException.Code.ARGUMENT, where + ": the prompt is not UTF-8 text; "
+                    + "convert it (e.g. iconv -t UTF-8)");
+        }
+        return text.endsWith("\n") ? text.substring(0, text.length() - 1) : text;
     }
 
     static void writeLogits(Path file, float[] logits) {

@@ -61,6 +61,38 @@ class CliTest {
                 bad.toString());
     }
 
+    /**
+     * {@code -f FILE} gives the same run as {@code -p} with the file's text less one trailing newline (as llama.cpp's
+     * {@code -f}); bad prompt files and prompts given twice, or to a resumed run (where -p had been ignored), are
+     * refused.
+     */
+    @Test
+    void aPromptFromAFileRunsAsTheSameTextGivenWithP() throws Exception {
+        String model = Models.require("stories260K-F32.gguf").toString();
+        Path file = dir.resolve("prompt.txt");
+        Files.writeString(file, Models.PROMPT + "\n", java.nio.charset.StandardCharsets.UTF_8);
+        Cli.Result r = Cli.run("run", "-m", model, "-f", file.toString(), "-n", "32", "--temp", "0", "--kv-type", "f32",
+                "--json");
+        assertEquals(0, r.exit(), r.toString());
+        assertArrayEquals(Models.STORIES_F32_GREEDY, Cli.jsonIds(r.out(), "generated_ids"));
+        assertTrue(r.out().contains("\"prompt\": \"" + Models.PROMPT + "\","), r.out());
+        Path latin1 = dir.resolve("latin1.txt");
+        Files.write(latin1, new byte[] {'c', 'a', 'f', (byte) 0xE9});
+        Cli.Result notUtf8 = Cli.run("run", "-m", model, "-f", latin1.toString());
+        assertEquals(2, notUtf8.exit(), notUtf8.toString());
+        assertTrue(notUtf8.err().contains(latin1 + ": the prompt is not UTF-8 text"), notUtf8.toString());
+        assertOneLineError(Cli.run("run", "-m", model, "-f", dir.toString()), dir + " is a directory, not the prompt");
+        Cli.Result twice = Cli.run("run", "-m", model, "-f", file.toString(), "-p", "x");
+        assertEquals("prefill4j: error: give the prompt once: -p TEXT or -f FILE [P4J-ARG]", twice.err().strip());
+        Cli.Result resumed = Cli.run("run", "-m", model, "--kv", "ssd", "--kv-dir", dir.toString(), "--kv-resume",
+                "none", "-p", "x");
+        assertEquals(2, resumed.exit(), resumed.toString());
+        assertTrue(resumed.err().contains("takes no prompt: drop -p"), resumed.toString());
+        Cli.Result over = Cli.run("run", "-m", model, "-f", file.toString(), "--logits-out", file.toString());
+        assertEquals(2, over.exit(), over.toString());
+        assertEquals(Models.PROMPT + "\n", Files.readString(file), "the prompt file is untouched");
+    }
+
     @Test
     void llama2cFormThroughTheCli() throws Exception {
         Cli.Result r = Cli.run("run", "-m", Models.require("stories260K.bin").toString(), "--tokenizer",
