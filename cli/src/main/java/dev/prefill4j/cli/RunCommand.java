@@ -12,6 +12,8 @@ import dev.prefill4j.engine.draft.PromptLookupDrafts;
 import dev.prefill4j.engine.io.InputFiles;
 import dev.prefill4j.engine.io.OutputFiles;
 import dev.prefill4j.engine.model.LlamaModel;
+import java.io.FileDescriptor;
+import java.io.FileOutputStream;
 import java.io.IOException;
 import java.io.OutputStream;
 import java.io.PrintStream;
@@ -122,13 +124,16 @@ final class RunCommand implements Callable<Integer> {
         long samplingSeed = seed != null ? seed : System.nanoTime();
         Sampler sampler = new Sampler(new SamplerConfig(temperature, topK, topP, samplingSeed));
         SessionOptions options = engine.sessionOptions(ctx);
-        PrintStream out = System.out;
         try (Engine e = engine.openEngine(); LlamaModel model = engine.loadModel(e);
              Session session = e.newSession(model, options)) {
             if (model.synthetic() && !json) {
                 System.err.println("[synthetic model " + model.source() + ": random weights, the text is meaningless]");
             }
-            Utf8Stream stream = json ? null : new Utf8Stream(out);
+            // Straight to the file descriptor: System.out, a PrintStream, swallows write errors, so a run whose reader
+            // had gone (| head) generated every token into a closed pipe, and one on a full disk exited 0.
+            System.out.flush();
+            StdoutBytes stdout = new StdoutBytes(new FileOutputStream(FileDescriptor.out));
+            StdoutBytes stream = json ? null : stdout;
             java.util.function.IntConsumer sink = stream == null ? null : id -> stream.write(model.tokenizer().bytes(id));
             BurstGeneration bursts = null;
             Generation g;
@@ -190,10 +195,9 @@ final class RunCommand implements Callable<Integer> {
                 t.put("decode_ms", g.decodeNanos() / 1e6);
                 t.put("decode_tokens_per_s", g.decodeTokensPerSecond());
                 doc.put("timings", t);
-                out.print(Json.write(doc));
+                stdout.write(Json.write(doc).getBytes(StandardCharsets.US_ASCII)); // ASCII by construction (README)
             } else {
-                stream.flush();
-                out.println();
+                stdout.write(System.lineSeparator().getBytes(StandardCharsets.US_ASCII));
                 // The rate is decode steps a second: the first token after a prompt comes from the prefill's logits
                 // and takes no step, so "2 tokens in 27 ms (37 tok/s)" had read as half the speed it was.
                 int steps = g.decodedTokens();
@@ -210,7 +214,10 @@ final class RunCommand implements Callable<Integer> {
                             100 * bursts.acceptanceRate(), bursts.tokensPerPass());
                 }
             }
-            out.flush();
+        } catch (ReaderGone gone) {
+            // After the session closed (a kept cache saved where the text stopped): no message, as `yes | head`
+            // prints none, and 128 + SIGPIPE for a script that checks (set -o pipefail).
+            return 141;
         }
         return 0;
     }
@@ -260,11 +267,24 @@ final class RunCommand implements Callable<Integer> {
         });
     }
 
-    /** Writes token bytes as they come; a character split over byte tokens is assembled by the reader of the stream. */
-    private static final class Utf8Stream {
+    /** Standard output's reader closed it: generation stops, and the run ends as a native tool's would on SIGPIPE. */
+    private static final class ReaderGone extends RuntimeException {
+        private static final long serialVersionUID = 1L;
+
+        ReaderGone() {
+            super("standard output was closed by its reader", null, false, false);
+        }
+    }
+
+    /**
+     * Standard output as bytes, each write passed on at once: the tokens' bytes as they come (a character split over
+     * byte tokens is assembled by the reader of the stream) and the JSON document. Unlike System.out it reports a
+     * failed write: a closed pipe as {@link ReaderGone}, anything else (a full disk) as an error.
+     */
+    private static final class StdoutBytes {
         private final OutputStream out;
 
-        Utf8Stream(OutputStream out) {
+        StdoutBytes(OutputStream out) {
             this.out = out;
         }
 
@@ -273,12 +293,12 @@ final class RunCommand implements Callable<Integer> {
                 out.write(b);
                 out.flush();
             } catch (IOException e) {
-                throw new PrefillException(PrefillException.Code.IO, "cannot write to standard output: " + e.getMessage(), e);
+                if ("Broken pipe".equals(e.getMessage())) { // EPIPE: the JVM ignores SIGPIPE and reports it so
+                    throw new ReaderGone();
+                }
+                throw new PrefillException(PrefillException.Code.IO, "cannot write to standard output: "
+                        + OutputFiles.reason(e), e);
             }
-        }
-
-        void flush() throws IOException {
-            out.flush();
         }
     }
 }

@@ -271,9 +271,14 @@ public final class Session implements AutoCloseable {
                 : logits;
         int[] out = new int[maxTokens];
         int produced = 0;
+        // The session's state (pending token, sampler) is kept whole at every onToken call, so that a caller that
+        // stops there by throwing (a reader that went away) leaves a kept cache that resumes where it stopped.
+        this.sampler = sampler;
+        pending = -1;
         for (int i = 0; i < maxTokens; i++) {
             int next = sampler.sample(last);
             out[produced++] = next;
+            pending = next;
             if (onToken != null) {
                 onToken.accept(next);
             }
@@ -284,8 +289,6 @@ public final class Session implements AutoCloseable {
         }
         long t2 = System.nanoTime();
         int[] gen = Arrays.copyOf(out, produced);
-        this.sampler = sampler;
-        pending = produced > 0 ? gen[produced - 1] : -1;
         return new Generation(ids, gen, model.tokenizer().decode(gen), keepLogits ? logits : null, t1 - t0, t2 - t1,
                 Math.max(0, produced - 1));
     }
@@ -428,6 +431,10 @@ public final class Session implements AutoCloseable {
         long t0 = System.nanoTime();
         int pend = next;
         boolean skipEmit = emitted;
+        // As in generate, the state is whole at every onToken call: the pending token out of the cache, the accepted
+        // drafts in it (emitted only after the rejected ones are cut), the greedy sampler.
+        sampler = new Sampler(SamplerConfig.greedy());
+        pending = pend;
         while (produced < maxTokens) {
             if (!skipEmit) {
                 out[produced++] = pend;
@@ -454,11 +461,7 @@ public final class Session implements AutoCloseable {
             boolean stop = false;
             while (a < draft.length && Sampler.argmax(slice(logits, a, vocab)) == draft[a]) {
                 int token = draft[a++];
-                out[produced++] = token;
-                if (onToken != null) {
-                    onToken.accept(token);
-                }
-                if (produced == maxTokens || (token == model.tokenizer().eos() && !ignoreEos)) {
+                if (produced + a == maxTokens || (token == model.tokenizer().eos() && !ignoreEos)) {
                     stop = true;
                     break;
                 }
@@ -468,15 +471,24 @@ public final class Session implements AutoCloseable {
                 // The last output token is left pending (out of the cache), as after generate.
                 cut(base + a);
                 pend = draft[a - 1];
+            } else {
+                // Keep the KV of the pending token and the accepted drafts; forget the rejected drafts.
+                cut(base + 1 + a);
+                pend = Sampler.argmax(slice(logits, a, vocab));
+            }
+            pending = pend;
+            for (int i = 0; i < a; i++) {
+                out[produced++] = draft[i];
+                if (onToken != null) {
+                    onToken.accept(draft[i]);
+                }
+            }
+            if (stop) {
                 break;
             }
-            // Keep the KV of the pending token and the accepted drafts; forget the rejected drafts.
-            cut(base + 1 + a);
-            pend = Sampler.argmax(slice(logits, a, vocab));
         }
         long t1 = System.nanoTime();
         pending = produced > 0 || emitted ? pend : -1;
-        sampler = new Sampler(SamplerConfig.greedy());
         int[] gen = Arrays.copyOf(out, produced);
         Generation g = new Generation(promptIds, gen, model.tokenizer().decode(gen), null, prefillNanos, t1 - t0,
                 emitted ? produced : Math.max(0, produced - 1));

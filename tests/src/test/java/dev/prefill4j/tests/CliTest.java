@@ -206,6 +206,40 @@ class CliTest {
         assertTrue(Files.readString(err).contains("\nprefill4j: stopped before it finished\n"), Files.readString(err));
     }
 
+    /**
+     * Standard output's failures end the run: a reader that closes the pipe stops generation (exit 141, as SIGPIPE
+     * ends a native tool, with no message), and a full disk is an error. System.out had swallowed both: every token
+     * was generated into the closed pipe, and a run to /dev/full exited 0.
+     */
+    @Test
+    void aClosedOrFullStandardOutputEndsTheRun() throws Exception {
+        String model = Models.require("tiny-256-F32.gguf").toString();
+        Path err = dir.resolve("stderr.txt");
+        Process p = new ProcessBuilder(Cli.command("run", "-m", model, "-n", "2000", "--temp", "0"))
+                .redirectError(err.toFile()).start();
+        try (var out = p.getInputStream()) {
+            assertEquals(5, out.readNBytes(5).length);
+        } // closed: the pipe's reader is gone
+        assertTrue(p.waitFor(120, java.util.concurrent.TimeUnit.SECONDS));
+        String stderr = Files.readString(err).replace("WARNING: Using incubator modules: jdk.incubator.vector\n", "");
+        assertEquals(141, p.exitValue(), stderr);
+        assertEquals("", stderr, "no message and no stats line");
+        Path full = Path.of("/dev/full");
+        if (Files.exists(full)) {
+            for (String mode : new String[] {"--temp", "--json"}) {
+                List<String> cmd = new java.util.ArrayList<>(Cli.command("run", "-m", model, "-n", "4", "--temp", "0"));
+                if (mode.equals("--json")) {
+                    cmd.add("--json");
+                }
+                Process f = new ProcessBuilder(cmd).redirectOutput(full.toFile()).redirectError(err.toFile()).start();
+                assertTrue(f.waitFor(120, java.util.concurrent.TimeUnit.SECONDS));
+                String e = Files.readString(err);
+                assertEquals(1, f.exitValue(), e);
+                assertTrue(e.contains("prefill4j: error: cannot write to standard output: No space left on device"), e);
+            }
+        }
+    }
+
     /** A model or tokenizer path that is wrong names the file at fault and what is wrong with it. */
     @Test
     void wrongModelPathsNameTheFileAtFault() throws Exception {

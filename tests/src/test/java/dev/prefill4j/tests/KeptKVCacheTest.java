@@ -96,6 +96,49 @@ class KeptKVCacheTest {
         }
     }
 
+    /**
+     * A generation whose reader stops it (the CLI's stdout closed: the token callback throws) leaves a kept cache
+     * whose state is whole: resumed, it continues the uninterrupted greedy text from the tokens in its cache. The
+     * pending token had been set only when a generation returned, so the cache resumed from a stale one (or none);
+     * with bursts, drafts were handed out before the rejected ones were cut from the cache.
+     */
+    @ParameterizedTest
+    @CsvSource({"1", "4"})
+    void aGenerationStoppedByItsReaderResumesWhereItStopped(int burst) {
+        SamplerConfig greedy = SamplerConfig.greedy();
+        try (Engine e = Engine.builder().threads(2).kvStore("ssd").build();
+             LlamaModel m = e.load(Models.require("stories260K-F32.gguf"))) {
+            int[] whole;
+            try (Session s = e.newSession(m, options(KVElementType.F16, null, false))) {
+                whole = s.generate(Models.PROMPT, 30, new Sampler(greedy), true, false, null).generatedIds();
+            }
+            List<Integer> seen = new java.util.ArrayList<>();
+            java.util.function.IntConsumer reader = id -> {
+                seen.add(id);
+                if (seen.size() == 7) {
+                    throw new IllegalStateException("the reader went away");
+                }
+            };
+            try (Session s = e.newSession(m, options(KVElementType.F16, "stopped", false))) {
+                IllegalStateException gone = assertThrows(IllegalStateException.class, () -> {
+                    if (burst == 1) {
+                        s.generate(Models.PROMPT, 30, new Sampler(greedy), true, false, reader);
+                    } else {
+                        s.generateWithBursts(Models.PROMPT, 30, burst, PromptLookupDrafts.defaults(), true, reader);
+                    }
+                });
+                assertEquals("the reader went away", gone.getMessage());
+            }
+            assertEquals(IntStream.of(whole).limit(7).boxed().toList(), seen);
+            try (Session s = e.newSession(m, options(KVElementType.F16, "stopped", true))) {
+                int inCache = s.position() - Models.ids("1 403 407 261 378").length; // the next one is pending
+                assertTrue(inCache >= 6 && inCache < 30, "generated tokens in the cache: " + inCache);
+                int[] rest = s.resume(30 - inCache - 1, null, true, null).generatedIds();
+                assertArrayEquals(java.util.Arrays.copyOfRange(whole, inCache + 1, 30), rest);
+            }
+        }
+    }
+
     @Test
     void aKeptCacheIsRefusedForAnotherModelAndWhileInUse() {
         try (Engine e = Engine.builder().threads(2).kvStore("ssd").build();
