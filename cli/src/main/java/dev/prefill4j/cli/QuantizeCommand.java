@@ -7,6 +7,7 @@ import dev.prefill4j.engine.registry.PluginRegistry;
 import java.nio.file.Files;
 import java.nio.file.Path;
 import java.util.List;
+import java.util.Locale;
 import java.util.Map;
 import java.util.TreeMap;
 import java.util.concurrent.Callable;
@@ -39,23 +40,32 @@ final class QuantizeCommand implements Callable<Integer> {
                     + "paper: per-tensor scale mean|W|, for models trained for ternary weights) (default: ${DEFAULT-VALUE}).")
     String ternary;
 
+    @Option(names = "--allow-requantize", description = "Quantize tensors that are already quantized again, as "
+            + "llama-quantize's flag of that name allows (refused by default: the two roundings add up).")
+    boolean allowRequantize;
+
     @Option(names = "--verbose", description = "Print stack traces.")
     boolean verbose;
 
     @Override
     public Integer call() throws Exception {
         ModelQuantizer.FileType ft = ModelQuantizer.FileType.parse(type);
+        if (!ternary.equals("absmax") && !ternary.equals("absmean")) {
+            throw new PrefillException(PrefillException.Code.ARGUMENT, "--ternary must be absmax or absmean, got '"
+                    + ternary + "'");
+        }
+        if (ternary.equals("absmean") && !type.toLowerCase(Locale.ROOT).startsWith("tq")) { // it had been ignored
+            throw new PrefillException(PrefillException.Code.ARGUMENT, "--ternary absmean applies to --type tq1_0 "
+                    + "or tq2_0, not " + type);
+        }
         PluginRegistry registry = PluginRegistry.load();
         Progress progress = new Progress("quantizing to " + ft.name());
         List<ModelQuantizer.Choice> plan;
         long inputBytes;
         try (GgufFile in = GgufFile.open(input)) {
             inputBytes = Files.size(input);
-            if (!ternary.equals("absmax") && !ternary.equals("absmean")) {
-                throw new PrefillException(PrefillException.Code.ARGUMENT, "--ternary must be absmax or absmean, got '"
-                        + ternary + "'");
-            }
-            plan = ModelQuantizer.quantize(in, ft, pure, ternary.equals("absmean"), registry, output, progress);
+            plan = ModelQuantizer.quantize(in, ft, pure, ternary.equals("absmean"), allowRequantize, registry, output,
+                    progress);
         }
         progress.done();
         Map<String, Integer> counts = new TreeMap<>();

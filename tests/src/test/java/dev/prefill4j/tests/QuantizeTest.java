@@ -75,6 +75,56 @@ class QuantizeTest {
         }
     }
 
+    /**
+     * A quantized input going to another quantized type is refused before anything is written, as llama-quantize
+     * refuses it ("requantizing from type q4_0 is disabled"), unless --allow-requantize; it had been done silently.
+     * Allowed, each Q8_0 weight is within half a Q8_0 step (its block's max|x| / 127 / 2, plus the fp16 rounding of the
+     * scale) of the Q4_0 weight it came from. --ternary absmean with a non-ternary type had been ignored.
+     */
+    @Test
+    void requantizingIsRefusedUnlessAllowed() throws Exception {
+        String q4 = Models.require("tiny-256-Q4_0.gguf").toString();
+        Path out = dir.resolve("q8.gguf");
+        Cli.Result refused = Cli.run("quantize", q4, out.toString(), "--type", "q8_0");
+        assertEquals(2, refused.exit(), refused.toString());
+        assertTrue(refused.err().contains("output.weight: requantizing from type Q6_K to Q8_0 is disabled")
+                && refused.err().contains("--allow-requantize"), refused.toString());
+        assertTrue(!java.nio.file.Files.exists(out), "nothing written");
+        Cli.Result allowed = Cli.run("quantize", q4, out.toString(), "--type", "q8_0", "--allow-requantize");
+        assertEquals(0, allowed.exit(), allowed.toString());
+        PluginRegistry registry = PluginRegistry.load();
+        try (GgufFile from = GgufFile.open(Path.of(q4)); GgufFile to = GgufFile.open(out)) {
+            GgufTensor a = from.tensor("blk.0.attn_q.weight").orElseThrow();
+            GgufTensor b = to.tensor("blk.0.attn_q.weight").orElseThrow();
+            assertEquals("Q4_0", a.type().name());
+            assertEquals("Q8_0", b.type().name());
+            int cols = (int) a.ne()[0];
+            float[] x = new float[cols];
+            float[] y = new float[cols];
+            var q4Format = registry.forGgufType(a.type()).orElseThrow();
+            var q8Format = registry.forGgufType(b.type()).orElseThrow();
+            for (int r = 0; r < a.rows(); r++) {
+                q4Format.decode(a.data(), q4Format.byteSize(cols) * r, x, 0, cols);
+                q8Format.decode(b.data(), q8Format.byteSize(cols) * r, y, 0, cols);
+                for (int block = 0; block < cols; block += 32) {
+                    double max = 0;
+                    for (int i = block; i < block + 32; i++) {
+                        max = Math.max(max, Math.abs(x[i]));
+                    }
+                    double bound = max / 127 / 2 + max * 128.0 / 127 / 2048 + 1e-12; // step/2 + fp16 scale error
+                    for (int i = block; i < block + 32; i++) {
+                        assertTrue(Math.abs(x[i] - y[i]) <= bound, "row " + r + " col " + i + ": " + x[i] + " -> "
+                                + y[i]);
+                    }
+                }
+            }
+        }
+        Cli.Result absmean = Cli.run("quantize", Models.require("tiny-256-F32.gguf").toString(),
+                dir.resolve("a.gguf").toString(), "--type", "q4_0", "--ternary", "absmean");
+        assertEquals("prefill4j: error: --ternary absmean applies to --type tq1_0 or tq2_0, not q4_0 [P4J-ARG]",
+                absmean.err().strip(), absmean.toString());
+    }
+
     @Test
     void quantizingToATypeWhoseModuleIsAbsentIsRefused() {
         PluginRegistry withoutK = PluginRegistry.builder().properties(Map.of(PluginRegistry.PROP_EXCLUDE, "q4_k,q6_k")).build();

@@ -215,11 +215,46 @@ public final class ModelQuantizer {
      */
     public static List<Choice> quantize(GgufContent model, FileType type, boolean pure, boolean absmean,
                                         PluginRegistry registry, Path output, DoubleConsumer progress) {
+        return quantize(model, type, pure, absmean, false, registry, output, progress);
+    }
+
+    /**
+     * Quantizes {@code model} into a new GGUF file, refusing by default, as llama-quantize does, to turn a tensor
+     * that is already quantized into another quantized type.
+     *
+     * @param model           the input
+     * @param type            the file type
+     * @param pure            skip the mixture rules
+     * @param absmean         use the absmean ternary quantizer for ternary targets (see the overload without
+     *                        {@code allowRequantize})
+     * @param allowRequantize decode quantized tensors and quantize them again (their rounding errors add up)
+     * @param registry        where the formats come from
+     * @param output          the file to write
+     * @param progress        fraction done, or {@code null}
+     * @return the choices made
+     * @throws PrefillException ({@code P4J-ARG}) if a tensor would be requantized and that is not allowed, or
+     *                          {@code output} is the file {@code model} was read from, or a directory; ({@code
+     *                          P4J-IO}) if its directory does not exist
+     */
+    public static List<Choice> quantize(GgufContent model, FileType type, boolean pure, boolean absmean,
+                                        boolean allowRequantize, PluginRegistry registry, Path output,
+                                        DoubleConsumer progress) {
         OutputFiles.requireWritableFile(output, "the quantized model");
         if (model instanceof GgufFile in) {
             OutputFiles.requireNotAnInput(output, "the quantized model", in.path());
         }
         List<Choice> plan = plan(model, type, pure);
+        if (!allowRequantize) {
+            // llama-quantize's rule (src/llama-quant.cpp: "requantizing from type %s is disabled"): a tensor whose
+            // type changes must not be quantized already. Checked over the whole plan before anything is written.
+            plan.stream().filter(c -> c.source().blockSize() > 1 && !c.source().equals(c.target())).findFirst()
+                    .ifPresent(c -> {
+                        throw new PrefillException(PrefillException.Code.ARGUMENT, c.name() + ": requantizing from "
+                                + "type " + c.source().name() + " to " + c.target().name() + " is disabled (the "
+                                + "roundings of both add up); quantize the F32, F16 or BF16 model instead, or allow it"
+                                + " with --allow-requantize");
+                    });
+        }
         GgufWriter w = new GgufWriter().putAll(model);
         w.put("general.quantization_version", GgufValue.u32(2));
         if (type.fileType() >= 0) {
