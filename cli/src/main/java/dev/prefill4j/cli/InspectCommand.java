@@ -45,7 +45,7 @@ final class InspectCommand implements Callable<Integer> {
     @Override
     public Integer call() {
         PluginRegistry registry = PluginRegistry.load();
-        try (CloseableContent content = Engine.open(model(), tokenizer)) {
+        try (CloseableContent content = Engine.openContent(model(), tokenizer)) {
             Map<String, Object> md = new LinkedHashMap<>();
             content.metadata().forEach((k, v) -> md.put(k, summary(v)));
             List<Map<String, Object>> tensors = new ArrayList<>();

@@ -11,8 +11,8 @@ import dev.prefill4j.api.spi.KVConfig;
 import dev.prefill4j.api.spi.KVStore;
 import dev.prefill4j.api.spi.Quantizer;
 import dev.prefill4j.api.spi.WeightMatrix;
-import dev.prefill4j.engine.gguf.GgmlType;
 import dev.prefill4j.engine.gguf.CloseableContent;
+import dev.prefill4j.engine.gguf.GgmlType;
 import dev.prefill4j.engine.gguf.GgufFile;
 import dev.prefill4j.engine.io.InputFiles;
 import dev.prefill4j.engine.llama2c.Llama2cCheckpoint;
@@ -121,16 +121,16 @@ public final class Engine implements AutoCloseable {
     }
 
     /**
-     * Loads a GGUF file, or a llama2.c checkpoint with its tokenizer (see {@link #open}).
+     * Loads a GGUF file, or a llama2.c checkpoint with its tokenizer (see {@link #openContent}).
      *
      * @param model     the model file
      * @param tokenizer llama2.c {@code tokenizer.bin}, or {@code null} for a GGUF file
      * @return the model; close it to unmap
-     * @throws PrefillException as {@link #open} does, and if the model needs a format no module provides
+     * @throws PrefillException as {@link #openContent} does, and if the model needs a format no module provides
      */
     public LlamaModel load(Path model, Path tokenizer) {
         requireOpen();
-        CloseableContent content = open(model, tokenizer);
+        CloseableContent content = openContent(model, tokenizer);
         try {
             LlamaModel m = LlamaModel.bind(content, false, registry, content);
             if (content instanceof GgufFile f) {
@@ -154,7 +154,7 @@ public final class Engine implements AutoCloseable {
      *                          ({@code P4J-GGUF}) if it is malformed, or is not GGUF and no tokenizer is given;
      *                          ({@code P4J-ARG}) if a tokenizer is given with a GGUF file
      */
-    public static CloseableContent open(Path model, Path tokenizer) {
+    public static CloseableContent openContent(Path model, Path tokenizer) {
         if (tokenizer != null) {
             return Llama2cCheckpoint.open(model, tokenizer);
         }
