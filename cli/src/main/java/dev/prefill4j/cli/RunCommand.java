@@ -30,6 +30,9 @@ import java.util.LinkedHashMap;
 import java.util.Locale;
 import java.util.Map;
 import java.util.concurrent.Callable;
+import java.util.concurrent.CountDownLatch;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicBoolean;
 import picocli.CommandLine.Command;
 import picocli.CommandLine.Mixin;
 import picocli.CommandLine.Model.CommandSpec;
@@ -124,6 +127,23 @@ final class RunCommand implements Callable<Integer> {
         long samplingSeed = seed != null ? seed : System.nanoTime();
         Sampler sampler = new Sampler(new SamplerConfig(temperature, topK, topP, samplingSeed));
         SessionOptions options = engine.sessionOptions(ctx);
+        // Ctrl-C or SIGTERM while tokens flow: the next token ends the generation and the session closes as after a
+        // finished run, so that a kept cache (--kv-keep/--kv-resume) is saved where the text stopped rather than left
+        // unclosed and refused. The JVM's shutdown waits for that here; during a prompt's prefill it does not wait.
+        AtomicBoolean tokensFlow = new AtomicBoolean();
+        AtomicBoolean stopRequested = new AtomicBoolean();
+        CountDownLatch sessionClosed = new CountDownLatch(1);
+        Thread onSignal = new Thread(() -> {
+            stopRequested.set(true);
+            if (tokensFlow.get()) {
+                try {
+                    sessionClosed.await(STOP_WAIT_SECONDS, TimeUnit.SECONDS);
+                } catch (InterruptedException ignored) {
+                    Thread.currentThread().interrupt();
+                }
+            }
+        }, "prefill4j-run-stop");
+        Runtime.getRuntime().addShutdownHook(onSignal);
         try (Engine e = engine.openEngine(); LlamaModel model = engine.loadModel(e);
              Session session = e.newSession(model, options)) {
             if (model.synthetic() && !json) {
@@ -134,7 +154,15 @@ final class RunCommand implements Callable<Integer> {
             System.out.flush();
             StdoutBytes stdout = new StdoutBytes(new FileOutputStream(FileDescriptor.out));
             StdoutBytes stream = json ? null : stdout;
-            java.util.function.IntConsumer sink = stream == null ? null : id -> stream.write(model.tokenizer().bytes(id));
+            java.util.function.IntConsumer sink = id -> {
+                tokensFlow.set(true);
+                if (stream != null) {
+                    stream.write(model.tokenizer().bytes(id));
+                }
+                if (stopRequested.get()) { // after the write: the pending token, which a resumed run feeds, was shown
+                    throw new Stopped(130);
+                }
+            };
             BurstGeneration bursts = null;
             Generation g;
             engine.checkKeeping(e, session);
@@ -214,10 +242,17 @@ final class RunCommand implements Callable<Integer> {
                             100 * bursts.acceptanceRate(), bursts.tokensPerPass());
                 }
             }
-        } catch (ReaderGone gone) {
+        } catch (Stopped stopped) {
             // After the session closed (a kept cache saved where the text stopped): no message, as `yes | head`
-            // prints none, and 128 + SIGPIPE for a script that checks (set -o pipefail).
-            return 141;
+            // prints none (a signal's is Main's), and 128 + the signal for a script that checks (set -o pipefail).
+            return stopped.exitCode;
+        } finally {
+            sessionClosed.countDown();
+            try {
+                Runtime.getRuntime().removeShutdownHook(onSignal);
+            } catch (IllegalStateException shuttingDown) {
+                // the hook is running: it returns now that the session is closed
+            }
         }
         return 0;
     }
@@ -267,19 +302,27 @@ final class RunCommand implements Callable<Integer> {
         });
     }
 
-    /** Standard output's reader closed it: generation stops, and the run ends as a native tool's would on SIGPIPE. */
-    private static final class ReaderGone extends RuntimeException {
-        private static final long serialVersionUID = 1L;
+    /** How long a signal waits for the generation to stop and the session to close (a kept cache's last pages). */
+    private static final int STOP_WAIT_SECONDS = 30;
 
-        ReaderGone() {
-            super("standard output was closed by its reader", null, false, false);
+    /**
+     * Generation stops before its end: standard output's reader closed it (exit 141, as SIGPIPE ends a native tool),
+     * or a signal asked for it (the JVM's exit status is then the signal's).
+     */
+    private static final class Stopped extends RuntimeException {
+        private static final long serialVersionUID = 1L;
+        private final int exitCode;
+
+        Stopped(int exitCode) {
+            super("generation stopped", null, false, false);
+            this.exitCode = exitCode;
         }
     }
 
     /**
      * Standard output as bytes, each write passed on at once: the tokens' bytes as they come (a character split over
      * byte tokens is assembled by the reader of the stream) and the JSON document. Unlike System.out it reports a
-     * failed write: a closed pipe as {@link ReaderGone}, anything else (a full disk) as an error.
+     * failed write: a closed pipe as {@link Stopped}, anything else (a full disk) as an error.
      */
     private static final class StdoutBytes {
         private final OutputStream out;
@@ -294,7 +337,7 @@ final class RunCommand implements Callable<Integer> {
                 out.flush();
             } catch (IOException e) {
                 if ("Broken pipe".equals(e.getMessage())) { // EPIPE: the JVM ignores SIGPIPE and reports it so
-                    throw new ReaderGone();
+                    throw new Stopped(141);
                 }
                 throw new PrefillException(PrefillException.Code.IO, "cannot write to standard output: "
                         + OutputFiles.reason(e), e);

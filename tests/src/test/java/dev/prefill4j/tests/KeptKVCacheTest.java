@@ -175,6 +175,46 @@ class KeptKVCacheTest {
         }
     }
 
+    /**
+     * SIGTERM (as Ctrl-C) while a kept run generates: the generation stops at the next token, the session closes as
+     * after a finished run, and the cache resumes the uninterrupted text. It had been left unclosed, and
+     * refused as a crashed process's cache.
+     */
+    @Test
+    void aSignalDuringAKeptRunSavesItWhereItStopped() throws Exception {
+        String model = Models.require("tiny-256-F32.gguf").toString();
+        Path out = dir.resolve("stdout.txt");
+        Path err = dir.resolve("stderr.txt");
+        // Sampled, not greedy: greedy text on this random-weight model falls into a cycle of two tokens, under which
+        // an error of two positions would pass unseen.
+        Process p = new ProcessBuilder(Cli.command("run", "-m", model, "-n", "2000", "--temp", "0.8", "--seed", "7",
+                "--kv", "ssd", "--kv-dir", dir.toString(), "--kv-keep", "signal", "--kv-page", "16"))
+                .redirectOutput(out.toFile()).redirectError(err.toFile()).start();
+        long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(120);
+        while (p.isAlive() && Files.size(out) < 20 && System.nanoTime() < deadline) {
+            Thread.sleep(10);
+        }
+        assertTrue(p.isAlive(), "the run ended before the signal: " + Files.readString(err));
+        p.destroy(); // SIGTERM
+        assertTrue(p.waitFor(60, TimeUnit.SECONDS));
+        assertEquals(143, p.exitValue(), Files.readString(err));
+        assertTrue(Files.readString(err).contains("prefill4j: stopped before it finished"), Files.readString(err));
+        // The kept sampler continues its random sequence (no --seed).
+        Cli.Result resumed = Cli.run("run", "-m", model, "-n", "4", "--temp", "0.8", "--json", "--kv", "ssd",
+                "--kv-dir", dir.toString(), "--kv-resume", "signal", "--kv-page", "16");
+        assertEquals(0, resumed.exit(), resumed.toString());
+        java.util.regex.Matcher at = java.util.regex.Pattern.compile("\"position\": (\\d+)").matcher(resumed.out());
+        assertTrue(at.find(), resumed.out());
+        int prompt = 14; // the default prompt's tokens on this model (BOS included)
+        int inCache = Integer.parseInt(at.group(1)) - 4 - prompt; // generated tokens kept before this run's 4
+        assertTrue(inCache > 0 && inCache < 1990, "generated tokens kept: " + inCache);
+        Cli.Result whole = Cli.run("run", "-m", model, "-n", Integer.toString(inCache + 5), "--temp", "0.8", "--seed",
+                "7", "--json");
+        assertEquals(prompt, Cli.jsonIds(whole.out(), "prompt_ids").length, whole.toString());
+        assertArrayEquals(java.util.Arrays.copyOfRange(Cli.jsonIds(whole.out(), "generated_ids"), inCache + 1,
+                inCache + 5), Cli.jsonIds(resumed.out(), "generated_ids"));
+    }
+
     /** A cache whose process was killed (SIGKILL) while using it is detected on reopen and not trusted. */
     @Test
     void aCacheLeftByAKilledProcessIsRefused() throws Exception {
