@@ -146,6 +146,7 @@ final class BenchCommand implements Callable<Integer> {
         // What the JVM holds before any model is touched: the floor under every peak below (tens of MiB), which the
         // aim (model + KV cache + 15%) does not cover and which dominates a tiny model's peak.
         long startRss = residentBytes("VmRSS:");
+        engine.checkCombinations();
         // Every number checked here, before any work (--depth-passes had been refused only after every pp and tg
         // test ran), and every one out of range named at once.
         List<String> bad = new ArrayList<>();

@@ -8,7 +8,10 @@ import dev.prefill4j.api.PrefillException;
 import dev.prefill4j.engine.model.LlamaModel;
 import dev.prefill4j.engine.model.SyntheticLlama;
 import java.nio.file.Path;
+import picocli.CommandLine.Model.CommandSpec;
 import picocli.CommandLine.Option;
+import picocli.CommandLine.ParseResult;
+import picocli.CommandLine.Spec;
 
 /** Options shared by the commands that run a model: where it comes from and what runs it. */
 final class EngineOptions {
@@ -91,6 +94,33 @@ final class EngineOptions {
 
     @Option(names = "--verbose", description = "Print stack traces and the plugin registry's log.")
     boolean verbose;
+
+    /** The command these options are mixed into, for what its command line gave explicitly. */
+    @Spec(Spec.Target.MIXEE)
+    CommandSpec command;
+
+    /**
+     * Refuses options that others make meaningless, before any work: they had been ignored without a word, so that
+     * {@code -m F --type f16} ran F's own format and {@code --kv-dir D} without {@code --kv ssd} kept the cache in RAM.
+     */
+    void checkCombinations() {
+        ParseResult given = command.commandLine().getParseResult();
+        if (model != null) {
+            for (String option : new String[] {"--synthetic", "--type", "--seed-model"}) {
+                if (given.hasMatchedOption(option)) {
+                    throw new PrefillException(PrefillException.Code.ARGUMENT, option + " describes a synthetic model;"
+                            + " with -m the file is the model: drop " + option);
+                }
+            }
+        }
+        boolean memory = kv == null || kv.equals("memory");
+        for (String option : new String[] {"--kv-dir", "--kv-ring"}) {
+            if (memory && given.hasMatchedOption(option)) {
+                throw new PrefillException(PrefillException.Code.ARGUMENT, option + " is an option of the ssd KV "
+                        + "store, and the cache is in memory: add --kv ssd");
+            }
+        }
+    }
 
     KVElementType kvElementType() {
         try {

@@ -101,6 +101,7 @@ final class RunCommand implements Callable<Integer> {
 
     @Override
     public Integer call() throws IOException {
+        engine.checkCombinations();
         if (nPredict < 0) {
             throw new PrefillException(PrefillException.Code.ARGUMENT, "-n must be at least 0, got " + nPredict);
         }

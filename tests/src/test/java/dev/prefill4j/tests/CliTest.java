@@ -347,6 +347,30 @@ class CliTest {
     }
 
     /**
+     * Options that others make meaningless are refused before any work; they had been ignored: {@code -m F --type
+     * f16} ran F's own format, and {@code --kv-dir D} without {@code --kv ssd} kept the cache in memory.
+     */
+    @Test
+    void optionsThatOthersMakeMeaninglessAreRefused() throws Exception {
+        String model = Models.require("stories260K-F32.gguf").toString();
+        String[][] cases = {
+            {"--type describes a synthetic model; with -m the file is the model: drop --type", "run", "-m", model,
+                "--type", "f16"},
+            {"--synthetic describes a synthetic model; with -m the file is the model: drop --synthetic", "bench", "-m",
+                model, "--synthetic", "tiny"},
+            {"--kv-dir is an option of the ssd KV store, and the cache is in memory: add --kv ssd", "run", "-m", model,
+                "--kv-dir", dir.toString()},
+            {"--kv-ring is an option of the ssd KV store, and the cache is in memory: add --kv ssd", "bench", "-m", model,
+                "--kv", "memory", "--kv-ring", "64"},
+        };
+        for (String[] c : cases) {
+            Cli.Result r = Cli.run(Arrays.copyOfRange(c, 1, c.length));
+            assertEquals(2, r.exit(), r.toString());
+            assertEquals("prefill4j: error: " + c[0] + " [P4J-ARG]", r.err().strip(), r.toString());
+        }
+    }
+
+    /**
      * The decode rate counts decode steps, and the stats line says so: the first token after a prompt comes from the
      * prefill's logits. "3 tokens in T ms (R tok/s)" had been printed with R = 2 / T.
      */
