@@ -1,6 +1,10 @@
 package dev.prefill4j.cli;
 
 import dev.prefill4j.api.PrefillException;
+import dev.prefill4j.engine.io.OutputFiles;
+import java.io.BufferedOutputStream;
+import java.io.FileDescriptor;
+import java.io.FileOutputStream;
 import java.io.FilterOutputStream;
 import java.io.IOException;
 import java.io.OutputStream;
@@ -74,6 +78,9 @@ public final class Main {
         // Progress lines end without a newline; an error that comes while one is open starts a line of its own.
         LineEndTracker errLine = new LineEndTracker(System.err);
         System.setErr(new PrintStream(errLine, true, System.err.charset()));
+        // System.out swallows write errors: a report or JSON document written to a full disk had exited 0.
+        StdoutWatch stdout = new StdoutWatch(new FileOutputStream(FileDescriptor.out));
+        System.setOut(new PrintStream(new BufferedOutputStream(stdout, 8192), true, System.out.charset()));
         CommandLine cl = new CommandLine(new Main());
         // Every command's -V prints the version (a subcommand's own provider would be empty).
         cl.getSubcommands().values().forEach(sub -> sub.getCommandSpec().versionProvider(new Version()));
@@ -104,10 +111,65 @@ public final class Main {
             }
         }, "prefill4j-stopped");
         Runtime.getRuntime().addShutdownHook(stopped);
+        int exit;
         try {
-            return cl.execute(args);
+            exit = cl.execute(args);
+            System.out.flush();
         } finally {
             finished.set(true);
+        }
+        IOException failed = stdout.firstFailure();
+        if (exit == 0 && failed != null) {
+            if (StdoutWatch.isBrokenPipe(failed)) {
+                return 141; // the reader closed it (| head): silent, as SIGPIPE ends a native tool
+            }
+            System.err.println("prefill4j: error: " + new PrefillException(PrefillException.Code.IO,
+                    "cannot write to standard output: " + OutputFiles.reason(failed)).getMessage());
+            return 1;
+        }
+        return exit;
+    }
+
+    /** Passes bytes on to standard output and keeps the first write error, which PrintStream would swallow. */
+    static final class StdoutWatch extends FilterOutputStream {
+        private volatile IOException first;
+
+        StdoutWatch(OutputStream out) {
+            super(out);
+        }
+
+        @Override
+        public void write(int b) throws IOException {
+            try {
+                out.write(b);
+            } catch (IOException e) {
+                throw keep(e);
+            }
+        }
+
+        @Override
+        public void write(byte[] b, int off, int len) throws IOException {
+            try {
+                out.write(b, off, len);
+            } catch (IOException e) {
+                throw keep(e);
+            }
+        }
+
+        private IOException keep(IOException e) {
+            if (first == null) {
+                first = e;
+            }
+            return e;
+        }
+
+        IOException firstFailure() {
+            return first;
+        }
+
+        /** EPIPE: the JVM ignores SIGPIPE and reports a write to a closed pipe with this message. */
+        static boolean isBrokenPipe(IOException e) {
+            return "Broken pipe".equals(e.getMessage());
         }
     }
 

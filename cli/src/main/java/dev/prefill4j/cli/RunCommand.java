@@ -337,7 +337,7 @@ final class RunCommand implements Callable<Integer> {
                 out.write(b);
                 out.flush();
             } catch (IOException e) {
-                if ("Broken pipe".equals(e.getMessage())) { // EPIPE: the JVM ignores SIGPIPE and reports it so
+                if (Main.StdoutWatch.isBrokenPipe(e)) {
                     throw new Stopped(141);
                 }
                 throw new PrefillException(PrefillException.Code.IO, "cannot write to standard output: "

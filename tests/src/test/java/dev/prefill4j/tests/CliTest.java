@@ -237,6 +237,16 @@ class CliTest {
                 assertEquals(1, f.exitValue(), e);
                 assertTrue(e.contains("prefill4j: error: cannot write to standard output: No space left on device"), e);
             }
+            // Every command's report: inspect's and plugins' had gone to a full disk with exit 0.
+            for (List<String> args : List.of(List.of("inspect", model), List.of("plugins", "--json"))) {
+                Process f = new ProcessBuilder(Cli.command(args.toArray(String[]::new))).redirectOutput(full.toFile())
+                        .redirectError(err.toFile()).start();
+                assertTrue(f.waitFor(120, java.util.concurrent.TimeUnit.SECONDS));
+                String e = Files.readString(err);
+                assertEquals(1, f.exitValue(), args + ": " + e);
+                assertTrue(e.contains("prefill4j: error: cannot write to standard output: No space left on device "
+                        + "[P4J-IO]"), e);
+            }
         }
     }
 
