@@ -346,7 +346,9 @@ public final class Tokenizer {
         if (id < 0 || id >= ends.length) {
             throw new IllegalArgumentException("token id " + id + " is outside the vocabulary of " + ends.length);
         }
-        if (types[id] == CONTROL) {
+        // As llama.cpp's token_to_piece without `special` (llama-cli's default; src/llama-vocab.cpp): unknown and
+        // control tokens print nothing. "<unk>" had been printed as text in the middle of a generation.
+        if (types[id] == CONTROL || types[id] == UNKNOWN) {
             return new byte[0];
         }
         String piece = piece(id);

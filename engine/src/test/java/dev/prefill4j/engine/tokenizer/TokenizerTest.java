@@ -54,6 +54,20 @@ class TokenizerTest {
         }
     }
 
+    /**
+     * Generated text leaves out unknown and control tokens, as llama.cpp's token_to_piece without {@code special}
+     * (llama-cli's default) does; a normal piece keeps its text with the SentencePiece space marker as a space.
+     */
+    @Test
+    void unknownAndControlTokensPrintNothing() {
+        String[] pieces = {"<unk>", "<s>", "</s>", "\u2581hi", "x"};
+        Tokenizer t = new Tokenizer(pieces, new float[5], new int[] {2, 3, 3, 1, 1}, 1, 2, 0, false, false);
+        assertArrayEquals(new byte[0], t.bytes(0), "unknown");
+        assertArrayEquals(new byte[0], t.bytes(1), "BOS");
+        assertArrayEquals(new byte[0], t.bytes(2), "EOS");
+        assertEquals(" hix", t.decode(new int[] {0, 3, 2, 4, 0}));
+    }
+
     /** Pieces longer than the tokenizer's first guess at their total length: stored whole, found by their chars. */
     @Test
     void longPiecesAreKeptWhole() {
