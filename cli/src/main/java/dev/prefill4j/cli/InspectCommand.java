@@ -70,11 +70,13 @@ final class InspectCommand implements Callable<Integer> {
             }
             System.out.println("file: " + content.source());
             System.out.println("metadata (" + md.size() + " keys):");
-            md.forEach((k, v) -> System.out.println("  " + k + " = " + v));
+            // Keys, values and names are the file's text: escaped (a hostile file's terminal escape sequences would
+            // otherwise reach the terminal, and a chat template's lines broke the list) and long values shortened.
+            md.forEach((k, v) -> System.out.println("  " + Printable.of(k) + " = " + shortened((String) v)));
             System.out.println("tensors (" + tensors.size() + "):");
             System.out.printf("  %-32s %-20s %-6s %12s  %s%n", "name", "shape", "type", "bytes", "decoded by");
             for (Map<String, Object> r : tensors) {
-                System.out.printf("  %-32s %-20s %-6s %12d  %s%n", r.get("name"),
+                System.out.printf("  %-32s %-20s %-6s %12d  %s%n", Printable.of((String) r.get("name")),
                         java.util.Arrays.toString((long[]) r.get("shape")), r.get("type"), (Long) r.get("bytes"),
                         r.get("decoder"));
             }
@@ -103,12 +105,25 @@ final class InspectCommand implements Callable<Integer> {
             if (n > 0) {
                 sb.append(" [");
                 for (int i = 0; i < Math.min(n, 5); i++) {
-                    sb.append(i == 0 ? "" : ", ").append(String.valueOf(Array.get(a.values(), i)));
+                    Object e = Array.get(a.values(), i);
+                    sb.append(i == 0 ? "" : ", ").append(e instanceof String str ? quoted(str) : String.valueOf(e));
                 }
                 sb.append(n > 5 ? ", ...]" : "]");
             }
             return sb.toString();
         }
-        return v.toString();
+        return v.value() instanceof String str ? quoted(str) : v.toString();
+    }
+
+    private static String quoted(String s) {
+        return '"' + Printable.of(s).replace("\"", "\\\"") + '"';
+    }
+
+    private static final int SHOWN_CHARS = 200;
+
+    /** At most {@value #SHOWN_CHARS} characters of a value in the text view; --json gives it whole. */
+    private static String shortened(String value) {
+        return value.length() <= SHOWN_CHARS ? value
+                : value.substring(0, SHOWN_CHARS) + "... (" + value.length() + " characters; --json shows all)";
     }
 }

@@ -90,10 +90,12 @@ public final class Main {
             if (errLine.midLine()) {
                 err.println();
             }
+            // Messages quote the file's own text (keys, names, values): printable, so one line and no escape sequence.
             if (ex instanceof PrefillException pe) {
-                err.println("prefill4j: error: " + pe.getMessage());
+                err.println("prefill4j: error: " + Printable.of(pe.getMessage()));
             } else {
-                err.println("prefill4j: internal error: " + ex + " (please report it; --verbose shows where)");
+                err.println("prefill4j: internal error: " + Printable.of(ex.toString())
+                        + " (please report it; --verbose shows where)");
             }
             if (verbose) {
                 ex.printStackTrace(err);

@@ -250,6 +250,46 @@ class CliTest {
         }
     }
 
+    /**
+     * inspect's text view shows a file's strings with control characters escaped and long values shortened: a hostile
+     * file's terminal escape sequence (ESC [ 2 J clears the screen) had reached the terminal, and a multi-line value
+     * broke the key = value list. --json keeps the whole value.
+     */
+    @Test
+    void inspectEscapesAndShortensTheFilesText() throws Exception {
+        Path hostile = storiesWith("hostile.gguf", java.util.Map.of("general.name", "\u001b[2Jcleared\nsecond line",
+                "tokenizer.chat_template", "x".repeat(400)));
+        Cli.Result text = Cli.run("inspect", hostile.toString());
+        assertEquals(0, text.exit(), text.toString());
+        assertFalse(text.out().contains("\u001b"), "no raw ESC in the output");
+        assertTrue(text.out().contains("  general.name = \"\\u001b[2Jcleared\\nsecond line\"\n"), text.out());
+        assertTrue(text.out().contains("  tokenizer.chat_template = \"" + "x".repeat(199) + "... (402 characters; "
+                + "--json shows all)\n"), text.out());
+        Cli.Result json = Cli.run("inspect", hostile.toString(), "--json");
+        assertTrue(json.out().contains("x".repeat(400)), "the whole value in --json");
+        assertFalse(json.out().contains("\u001b"), "no raw ESC in --json either");
+        // An error that quotes the file's text is one printable line too.
+        Path arch = storiesWith("arch.gguf", java.util.Map.of("general.architecture", "\u001b[2Jx\ny"));
+        Cli.Result error = Cli.run("run", "-m", arch.toString(), "-n", "1");
+        assertOneLineError(error, "architecture '\\u001b[2Jx\\ny' is not supported yet");
+        assertFalse(error.err().contains("\u001b"), error.toString());
+    }
+
+    /** {@return stories260K-F32 written again to {@code name} in the test's directory, with these string values set} */
+    private Path storiesWith(String name, java.util.Map<String, String> strings) {
+        Path out = dir.resolve(name);
+        try (GgufFile f = GgufFile.open(Models.require("stories260K-F32.gguf"))) {
+            dev.prefill4j.engine.gguf.GgufWriter w = new dev.prefill4j.engine.gguf.GgufWriter().putAll(f);
+            strings.forEach((k, v) -> w.put(k, dev.prefill4j.engine.gguf.GgufValue.string(v)));
+            for (GgufTensor t : f.tensors()) {
+                w.tensor(t.name(), t.ne(), t.type(),
+                        dst -> java.lang.foreign.MemorySegment.copy(t.data(), 0, dst, 0, dst.byteSize()));
+            }
+            w.write(out);
+        }
+        return out;
+    }
+
     /** A model or tokenizer path that is wrong names the file at fault and what is wrong with it. */
     @Test
     void wrongModelPathsNameTheFileAtFault() throws Exception {
