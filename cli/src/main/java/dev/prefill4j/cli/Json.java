@@ -77,26 +77,7 @@ final class Json {
 
     private static void string(StringBuilder sb, String s) {
         sb.append('"');
-        for (int i = 0; i < s.length(); i++) {
-            char c = s.charAt(i);
-            switch (c) {
-                case '"' -> sb.append("\\\"");
-                case '\\' -> sb.append("\\\\");
-                case '\n' -> sb.append("\\n");
-                case '\r' -> sb.append("\\r");
-                case '\t' -> sb.append("\\t");
-                default -> {
-                    // Outside printable ASCII escaped too: System.out encodes text in the locale's charset, and in
-                    // a C or POSIX locale that is ASCII, which wrote "max |?logit|" for "max |\u0394logit|". Escaped,
-                    // the document is the same in every locale.
-                    if (c < 0x20 || c > 0x7E) {
-                        sb.append(String.format("\\u%04x", (int) c));
-                    } else {
-                        sb.append(c);
-                    }
-                }
-            }
-        }
+        Printable.escape(sb, s, true);
         sb.append('"');
     }
 }
