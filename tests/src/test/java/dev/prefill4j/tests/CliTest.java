@@ -389,6 +389,11 @@ class CliTest {
             {"-r must be at least 1, got 0; every -p must be at least 1, got 0", "bench", "-m", model, "-r", "0", "-p",
                 "0"},
         };
+        assertUsageErrors(cases);
+    }
+
+    /** Each case, {message, command, args...}, exits 2 with exactly that one-line P4J-ARG message. */
+    private static void assertUsageErrors(String[][] cases) throws Exception {
         for (String[] c : cases) {
             Cli.Result r = Cli.run(Arrays.copyOfRange(c, 1, c.length));
             assertEquals(2, r.exit(), r.toString());
@@ -413,11 +418,7 @@ class CliTest {
             {"--kv-ring is an option of the ssd KV store, and the cache is in memory: add --kv ssd", "bench", "-m", model,
                 "--kv", "memory", "--kv-ring", "64"},
         };
-        for (String[] c : cases) {
-            Cli.Result r = Cli.run(Arrays.copyOfRange(c, 1, c.length));
-            assertEquals(2, r.exit(), r.toString());
-            assertEquals("prefill4j: error: " + c[0] + " [P4J-ARG]", r.err().strip(), r.toString());
-        }
+        assertUsageErrors(cases);
     }
 
     /**
