@@ -150,13 +150,13 @@ final class BenchCommand implements Callable<Integer> {
         // Every number checked here, before any work (--depth-passes had been refused only after every pp and tg
         // test ran), and every one out of range named at once.
         List<String> bad = new ArrayList<>();
-        atLeast(bad, "-r", reps, 1, "");
-        atLeast(bad, "-n", gen, 0, "");
-        atLeast(bad, "--verify-tokens", verifyTokens, 0, "");
-        atLeast(bad, "every -p", Arrays.stream(prompts).min().orElse(1), 1, "");
-        atLeast(bad, "--context", context, 0, " (off)");
-        atLeast(bad, "--burst", burst, 1, "");
-        atLeast(bad, "--depth-passes", depthPasses, 1, "");
+        atLeast(bad, "-r", reps, 1);
+        atLeast(bad, "-n", gen, 0);
+        atLeast(bad, "--verify-tokens", verifyTokens, 0);
+        atLeast(bad, "every -p", Arrays.stream(prompts).min().orElse(1), 1);
+        atLeast(bad, "--context", context, 0);
+        atLeast(bad, "--burst", burst, 1);
+        atLeast(bad, "--depth-passes", depthPasses, 1);
         if (!bad.isEmpty()) {
             throw new PrefillException(PrefillException.Code.ARGUMENT, String.join("; ", bad));
         }
@@ -467,10 +467,9 @@ final class BenchCommand implements Callable<Integer> {
     }
 
     /** Adds "{@code what} must be at least {@code min}, got {@code value}" to {@code bad} where it is less. */
-    private static void atLeast(List<String> bad, String what, int value, int min, String meaningOfMin) {
+    private static void atLeast(List<String> bad, String what, int value, int min) {
         if (value < min) {
-            bad.add(min == 0 && !meaningOfMin.isEmpty() ? what + " must be 0" + meaningOfMin + " or more, got " + value
-                    : what + " must be at least " + min + ", got " + value);
+            bad.add(what + " must be at least " + min + ", got " + value);
         }
     }
 

@@ -382,7 +382,7 @@ class CliTest {
             {"-c must be 0 (the model's context) or more, got -5", "run", "-m", model, "-c", "-5"},
             {"--burst must be at least 1, got 0", "run", "-m", model, "--burst", "0", "--temp", "0"},
             {"-n must be at least 0, got -1", "run", "-m", model, "-n", "-1"},
-            {"--context must be 0 (off) or more, got -5", "bench", "-m", model, "--context", "-5"},
+            {"--context must be at least 0, got -5", "bench", "-m", model, "--context", "-5"},
             {"--burst must be at least 1, got -3", "bench", "-m", model, "--burst", "-3"},
             {"--depth-passes must be at least 1, got 0", "bench", "-m", model, "--context", "64", "--depth-passes",
                 "0"},

@@ -2,13 +2,13 @@ package dev.prefill4j.engine.llama2c;
 
 import dev.prefill4j.api.Api;
 import dev.prefill4j.api.PrefillException;
-import dev.prefill4j.engine.io.InputFiles;
 import dev.prefill4j.engine.gguf.GgmlType;
 import dev.prefill4j.engine.gguf.GgufFile;
 import dev.prefill4j.engine.gguf.GgufTensor;
 import dev.prefill4j.engine.gguf.GgufValue;
 import dev.prefill4j.engine.gguf.OwnedGgufContent;
 import dev.prefill4j.engine.gguf.ValueType;
+import dev.prefill4j.engine.io.InputFiles;
 import java.io.IOException;
 import java.lang.foreign.Arena;
 import java.lang.foreign.MemorySegment;

@@ -186,7 +186,9 @@ public final class ModelQuantizer {
      * @param output   the file to write
      * @param progress fraction done, or {@code null}
      * @return the choices made
-     * @throws PrefillException ({@code P4J-MISSING-FORMAT}) if a chosen type's module is absent
+     * @throws PrefillException ({@code P4J-MISSING-FORMAT}) if a chosen type's module is absent; ({@code P4J-ARG}) if
+     *                          a quantized tensor would be quantized again (allowed only through the overload with
+     *                          {@code allowRequantize})
      */
     public static List<Choice> quantize(GgufContent model, FileType type, boolean pure, PluginRegistry registry,
                                         Path output, DoubleConsumer progress) {
@@ -211,7 +213,8 @@ public final class ModelQuantizer {
      * @param progress fraction done, or {@code null}
      * @return the choices made
      * @throws PrefillException ({@code P4J-ARG}) if {@code output} is the file {@code model} was read from, or a
-     *                          directory; ({@code P4J-IO}) if its directory does not exist
+     *                          directory, or a quantized tensor would be quantized again (allowed only through the
+     *                          overload with {@code allowRequantize}); ({@code P4J-IO}) if its directory does not exist
      */
     public static List<Choice> quantize(GgufContent model, FileType type, boolean pure, boolean absmean,
                                         PluginRegistry registry, Path output, DoubleConsumer progress) {
