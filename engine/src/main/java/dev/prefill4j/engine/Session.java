@@ -585,8 +585,8 @@ public final class Session implements AutoCloseable {
             tock("rms_norm", t);
             project(xb, n, new WeightMatrix[] {w.wq(), w.wk(), w.wv()}, q, k, v);
             t = tick();
-            device.rope(q, n, c.heads(), c.headDim(), c.ropeDim(), pos, c.ropeBase());
-            device.rope(k, n, c.kvHeads(), c.headDim(), c.ropeDim(), pos, c.ropeBase());
+            device.rope(q, n, c.heads(), c.headDim(), c.ropeDim(), pos, c.ropeBase(), model.ropeDivisors());
+            device.rope(k, n, c.kvHeads(), c.headDim(), c.ropeDim(), pos, c.ropeBase(), model.ropeDivisors());
             tock("rope", t);
             t = tick();
             cache.append(l, pos, n, k, v);

@@ -107,8 +107,8 @@ class FeedForwardBlocksTest {
             d.rmsNorm(x, rows, weight, eps, out);
         }
         @Override public void rope(float[] x, int rows, int heads, int headDim, int ropeDim, int startPos,
-                                   float base) {
-            d.rope(x, rows, heads, headDim, ropeDim, startPos, base);
+                                   float base, float[] divisors) {
+            d.rope(x, rows, heads, headDim, ropeDim, startPos, base, divisors);
         }
         @Override public void swiglu(float[] gate, float[] up, int n) { d.swiglu(gate, up, n); }
         @Override public void matmulSwiGLU(WeightMatrix gate, WeightMatrix up, float[] x, int rows, float[] out) {

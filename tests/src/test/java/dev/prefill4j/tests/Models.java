@@ -2,11 +2,16 @@ package dev.prefill4j.tests;
 
 import static org.junit.jupiter.api.Assumptions.assumeTrue;
 
+import dev.prefill4j.engine.gguf.GgufFile;
+import dev.prefill4j.engine.gguf.GgufTensor;
+import dev.prefill4j.engine.gguf.GgufWriter;
 import java.io.IOException;
 import java.nio.ByteBuffer;
 import java.nio.ByteOrder;
 import java.nio.file.Files;
 import java.nio.file.Path;
+import java.util.function.Consumer;
+import java.util.function.Predicate;
 
 /** The test models of ../shared/models and their reference outputs (MANIFEST.md); absent files skip the test. */
 final class Models {
@@ -21,6 +26,29 @@ final class Models {
         Path p = dir().resolve(name);
         assumeTrue(Files.isRegularFile(p), "model file " + p + " is absent (../shared/models not provided here)");
         return p;
+    }
+
+    /**
+     * Writes a copy of a test model with changes: its tensors and the metadata {@code keep} accepts, then what
+     * {@code extra} adds (tensors, keys, replacing kept ones).
+     *
+     * @return {@code target}
+     */
+    static Path rewrite(String model, Path target, Predicate<String> keep, Consumer<GgufWriter> extra) {
+        try (GgufFile f = GgufFile.open(require(model))) {
+            GgufWriter w = new GgufWriter();
+            f.metadata().forEach((k, v) -> {
+                if (keep.test(k)) {
+                    w.put(k, v);
+                }
+            });
+            for (GgufTensor t : f.tensors()) {
+                w.tensor(t.name(), t.ne(), t.type(), dst -> dst.copyFrom(t.data()));
+            }
+            extra.accept(w);
+            w.write(target);
+            return target;
+        }
     }
 
     /** {@return the reference prompt logits {@code [n_prompt][n_vocab]} made by llama.cpp} */

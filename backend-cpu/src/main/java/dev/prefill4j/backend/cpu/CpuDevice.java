@@ -1309,8 +1309,13 @@ final class CpuDevice implements ComputeDevice {
      * the 1B F16 file ({@code bench -p 512 -n 0 --profile}) RoPE had taken 0.4% of a prompt, about 12 ms a pass.
      */
     @Override
-    public void rope(float[] x, int rows, int heads, int headDim, int ropeDim, int startPos, float base) {
-        float[] table = ROPE_ANGLES.get().table(this, rows, ropeDim, startPos, base);
+    public void rope(float[] x, int rows, int heads, int headDim, int ropeDim, int startPos, float base,
+                     float[] divisors) {
+        if (divisors != null && divisors.length != ropeDim / 2) {
+            throw new IllegalArgumentException("rope divisors: " + divisors.length + " values for " + ropeDim / 2
+                    + " pairs");
+        }
+        float[] table = ROPE_ANGLES.get().table(this, rows, ropeDim, startPos, base, divisors);
         int half = ropeDim / 2;
         if (rows >= ROW_TASKS_FROM) {
             parallelFor(rows, r -> ropeRow(x, r, heads, headDim, half, table));
@@ -1334,17 +1339,19 @@ final class CpuDevice implements ComputeDevice {
         private int ropeDim;
         private int startPos;
         private float base;
+        private float[] divisors;
 
-        float[] table(CpuDevice device, int rows, int ropeDim, int startPos, float base) {
+        float[] table(CpuDevice device, int rows, int ropeDim, int startPos, float base, float[] divisors) {
             if (rows <= this.rows && ropeDim == this.ropeDim && startPos == this.startPos
-                    && Float.floatToRawIntBits(base) == Float.floatToRawIntBits(this.base)) {
+                    && Float.floatToRawIntBits(base) == Float.floatToRawIntBits(this.base)
+                    && divisors == this.divisors) {
                 return table;
             }
             int half = ropeDim / 2;
             // Each pair's frequency once per table: the same Math.pow for every position, so the same angles.
             double[] frequency = new double[half];
             for (int i = 0; i < half; i++) {
-                frequency[i] = Math.pow(base, -2.0 * i / ropeDim);
+                frequency[i] = Math.pow(base, -2.0 * i / ropeDim) / (divisors == null ? 1 : divisors[i]);
             }
             if (table.length < rows * ropeDim) {
                 table = new float[rows * ropeDim];
@@ -1370,6 +1377,7 @@ final class CpuDevice implements ComputeDevice {
             this.ropeDim = ropeDim;
             this.startPos = startPos;
             this.base = base;
+            this.divisors = divisors;
             return t;
         }
     }

@@ -325,10 +325,21 @@ class CpuKernelsTest {
                 }
             }
             // Then the same positions again (the kept table), fewer of them, and positions one further on.
-            assertRope(d, x, rows, heads, headDim, ropeDim, startPos, base);
-            assertRope(d, x, rows, heads, headDim, ropeDim, startPos, base);
-            assertRope(d, x, Math.max(1, rows - 1), heads, headDim, ropeDim, startPos, base);
-            assertRope(d, x, rows, heads, headDim, ropeDim, startPos + 1, base);
+            assertRope(d, x, rows, heads, headDim, ropeDim, startPos, base, null);
+            assertRope(d, x, rows, heads, headDim, ropeDim, startPos, base, null);
+            assertRope(d, x, Math.max(1, rows - 1), heads, headDim, ropeDim, startPos, base, null);
+            assertRope(d, x, rows, heads, headDim, ropeDim, startPos + 1, base, null);
+            // Frequency divisors (Llama 3.1's factors run from 1 to 8 across the pairs), then none again at the same
+            // positions and other divisors: a kept table must not serve a call with other divisors.
+            float[] divisors = new float[ropeDim / 2];
+            float[] others = new float[ropeDim / 2];
+            for (int i = 0; i < divisors.length; i++) {
+                divisors[i] = 1 + 7f * i / Math.max(1, divisors.length - 1);
+                others[i] = 4;
+            }
+            assertRope(d, x, rows, heads, headDim, ropeDim, startPos + 1, base, divisors);
+            assertRope(d, x, rows, heads, headDim, ropeDim, startPos + 1, base, null);
+            assertRope(d, x, rows, heads, headDim, ropeDim, startPos + 1, base, others);
             float[] gate = x.clone();
             float[] up = random(rnd, x.length);
             d.swiglu(gate, up, x.length);
@@ -340,10 +351,14 @@ class CpuKernelsTest {
     }
 
     private static void assertRope(ComputeDevice d, float[] x, int rows, int heads, int headDim, int ropeDim,
-                                   int startPos, float base) {
+                                   int startPos, float base, float[] divisors) {
         int width = heads * headDim;
         float[] q = x.clone();
-        d.rope(q, rows, heads, headDim, ropeDim, startPos, base);
+        if (divisors == null) {
+            d.rope(q, rows, heads, headDim, ropeDim, startPos, base);
+        } else {
+            d.rope(q, rows, heads, headDim, ropeDim, startPos, base, divisors);
+        }
         for (int r = 0; r < rows; r++) {
             for (int h = 0; h < heads; h++) {
                 for (int i = 0; i < headDim / 2; i++) {
@@ -353,7 +368,8 @@ class CpuKernelsTest {
                     double e0 = x0;
                     double e1 = x1;
                     if (2 * i < ropeDim) {
-                        double theta = (startPos + r) * Math.pow(base, -2.0 * i / ropeDim);
+                        double theta = (startPos + r) * Math.pow(base, -2.0 * i / ropeDim)
+                                / (divisors == null ? 1 : divisors[i]);
                         e0 = x0 * Math.cos(theta) - x1 * Math.sin(theta);
                         e1 = x0 * Math.sin(theta) + x1 * Math.cos(theta);
                     }

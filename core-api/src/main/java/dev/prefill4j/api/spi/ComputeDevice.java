@@ -102,7 +102,24 @@ public interface ComputeDevice extends AutoCloseable {
     /**
      * Rotary embedding in the "normal" (GPT-J, adjacent pairs) form llama.cpp uses for the {@code llama}
      * architecture: within each head, pairs {@code (2i, 2i+1)} for {@code 2i < ropeDim} rotate by
-     * {@code pos * base^(-2i/ropeDim)}; the rest of the head is left as is.
+     * {@code pos * base^(-2i/ropeDim) / divisors[i]}; the rest of the head is left as is.
+     *
+     * @param x        {@code [rows][heads * headDim]}, rotated in place
+     * @param rows     rows; row {@code r} is at position {@code startPos + r}
+     * @param heads    heads per row
+     * @param headDim  elements per head
+     * @param ropeDim  rotated elements per head (even, at most {@code headDim})
+     * @param startPos position of row 0
+     * @param base     frequency base (theta)
+     * @param divisors what each pair's frequency is divided by ({@code ropeDim / 2} values: Llama 3.1's frequency
+     *                 factors times a linear scaling factor), or {@code null} for none; not modified, and the same
+     *                 array for the same values (an implementation may key cached angles on its identity)
+     * @since 0.1
+     */
+    void rope(float[] x, int rows, int heads, int headDim, int ropeDim, int startPos, float base, float[] divisors);
+
+    /**
+     * {@link #rope(float[], int, int, int, int, int, float, float[])} without divisors.
      *
      * @param x        {@code [rows][heads * headDim]}, rotated in place
      * @param rows     rows; row {@code r} is at position {@code startPos + r}
@@ -112,7 +129,9 @@ public interface ComputeDevice extends AutoCloseable {
      * @param startPos position of row 0
      * @param base     frequency base (theta)
      */
-    void rope(float[] x, int rows, int heads, int headDim, int ropeDim, int startPos, float base);
+    default void rope(float[] x, int rows, int heads, int headDim, int ropeDim, int startPos, float base) {
+        rope(x, rows, heads, headDim, ropeDim, startPos, base, null);
+    }
 
     /**
      * SwiGLU: {@code gate[i] = silu(gate[i]) * up[i]} for {@code i < n}.

@@ -9,6 +9,8 @@ import dev.prefill4j.engine.gguf.GgufTensor;
 import dev.prefill4j.engine.registry.PluginRegistry;
 import dev.prefill4j.engine.tokenizer.Tokenizer;
 import java.util.Arrays;
+import java.util.HashSet;
+import java.util.Set;
 
 /**
  * A loaded Llama-family model: configuration, tokenizer, and every weight bound to the format that decodes
@@ -29,6 +31,10 @@ public final class LlamaModel implements AutoCloseable {
     private final WeightMatrix output;
     private final float[] outputNorm;
     private final Layer[] layers;
+    /** See {@link #ropeDivisors()}; null where there are none. */
+    private final float[] ropeDivisors;
+    /** The tensors read while binding, to refuse a file with others (weights the forward pass would leave out). */
+    private final Set<String> used = new HashSet<>();
     private final AutoCloseable resource;
     private final GgufContent content;
     private volatile boolean closed;
@@ -80,6 +86,64 @@ public final class LlamaModel implements AutoCloseable {
                     matrix(registry, p + "ffn_up.weight", c.dim(), c.ffnDim()),
                     matrix(registry, p + "ffn_down.weight", c.ffnDim(), c.dim()));
         }
+        this.ropeDivisors = ropeDivisors(registry);
+        // A tensor left unread would be a weight left out of the forward pass (biases, another architecture's
+        // extras): outputs silently wrong, so the file is refused instead.
+        for (GgufTensor t : content.tensors()) {
+            if (!used.contains(t.name())) {
+                throw content.fail("tensor '" + t.name() + "' is not part of the llama architecture as this engine "
+                        + "runs it, so the model would run without it; is the file another architecture?");
+            }
+        }
+        used.clear();
+    }
+
+    /**
+     * RoPE's per-pair frequency divisors: Llama 3.1's frequency factors (the tensor {@code rope_freqs.weight},
+     * {@code ropeDim / 2} F32 values, written by llama.cpp's converter from {@code rope_scaling} type {@code
+     * llama3}), times the linear scaling factor ({@code llama.rope.scaling.factor}, or the older {@code
+     * llama.rope.scale_linear}) where the scaling type is {@code linear}, the default as in llama.cpp
+     * (src/llama-model.cpp: {@code freq_scale = 1 / factor} multiplies the angle, the factors divide it).
+     */
+    private float[] ropeDivisors(PluginRegistry registry) {
+        LlamaConfig c = config;
+        String type = content.metadata().containsKey("llama.rope.scaling.type")
+                ? content.requireString("llama.rope.scaling.type") : "linear";
+        double scale = 1;
+        switch (type) {
+            case "none" -> {
+            }
+            case "linear" -> {
+                scale = content.getDouble("llama.rope.scaling.factor",
+                        content.getDouble("llama.rope.scale_linear", 0));
+                if (scale == 0) {
+                    scale = 1; // llama.cpp's reading of 0: no scaling
+                }
+                if (!(scale > 0) || Double.isInfinite(scale)) {
+                    throw content.fail("llama.rope.scaling.factor " + scale + " is not a positive number");
+                }
+            }
+            default -> throw content.fail("RoPE scaling '" + type + "' (llama.rope.scaling.type) is not supported yet "
+                    + "(supported: none, linear, and Llama 3.1's frequency factors)");
+        }
+        float[] factors = null;
+        if (content.tensor("rope_freqs.weight").isPresent()) {
+            factors = vector(registry, "rope_freqs.weight", c.ropeDim() / 2);
+            for (float f : factors) {
+                if (!(f > 0) || Float.isInfinite(f)) {
+                    throw content.fail("rope_freqs.weight holds " + f + "; RoPE frequency factors must be positive "
+                            + "and finite");
+                }
+            }
+        }
+        if (factors == null && scale == 1) {
+            return null;
+        }
+        float[] d = factors != null ? factors : new float[c.ropeDim() / 2];
+        for (int i = 0; i < d.length; i++) {
+            d[i] = (float) ((factors != null ? factors[i] : 1) * scale);
+        }
+        return d;
     }
 
     /**
@@ -100,6 +164,7 @@ public final class LlamaModel implements AutoCloseable {
 
     private GgufTensor tensor(String name, long... ne) {
         GgufTensor t = content.tensor(name).orElseThrow(() -> content.fail("missing required tensor '" + name + "'"));
+        used.add(name);
         long[] expect = ne[ne.length - 1] == 1 ? Arrays.copyOf(ne, ne.length - 1) : ne;
         if (!Arrays.equals(t.ne(), expect)) {
             throw content.fail("tensor '" + name + "' has shape " + t.shape() + ", expected " + Arrays.toString(expect));
@@ -128,6 +193,16 @@ public final class LlamaModel implements AutoCloseable {
     /** {@return whether the weights are synthetic (random), not a trained model} */
     public boolean synthetic() {
         return synthetic;
+    }
+
+    /**
+     * {@return what each RoPE pair's frequency is divided by} ({@code ropeDim / 2} values, to pass to {@link
+     * dev.prefill4j.api.spi.ComputeDevice#rope(float[], int, int, int, int, int, float, float[])} as they are), or
+     * {@code null} where the model has neither frequency factors nor linear scaling. The array is the model's own:
+     * not to be modified.
+     */
+    public float[] ropeDivisors() {
+        return ropeDivisors;
     }
 
     /** {@return the hyper-parameters} */

@@ -202,9 +202,11 @@ public final class ReferenceForward {
 
     private void rope(double[] x, int heads, int pos) {
         int hd = c.headDim();
+        float[] divisors = model.ropeDivisors();
         for (int h = 0; h < heads; h++) {
             for (int i = 0; 2 * i < c.ropeDim(); i++) {
-                double theta = pos * Math.pow(c.ropeBase(), -2.0 * i / c.ropeDim());
+                double theta = pos * Math.pow(c.ropeBase(), -2.0 * i / c.ropeDim())
+                        / (divisors == null ? 1 : divisors[i]);
                 double a = x[h * hd + 2 * i];
                 double b = x[h * hd + 2 * i + 1];
                 x[h * hd + 2 * i] = a * Math.cos(theta) - b * Math.sin(theta);
