@@ -12,6 +12,7 @@ import dev.prefill4j.engine.draft.PromptLookupDrafts;
 import dev.prefill4j.engine.io.InputFiles;
 import dev.prefill4j.engine.io.OutputFiles;
 import dev.prefill4j.engine.model.LlamaModel;
+import dev.prefill4j.engine.tokenizer.Tokenizer;
 import java.io.FileDescriptor;
 import java.io.FileOutputStream;
 import java.io.IOException;
@@ -49,7 +50,8 @@ final class RunCommand implements Callable<Integer> {
     EngineOptions engine;
 
     @Option(names = {"-p", "--prompt"}, paramLabel = "TEXT", defaultValue = "Once upon a time",
-            description = "Prompt text (default: \"${DEFAULT-VALUE}\").")
+            description = "Prompt text (default: \"${DEFAULT-VALUE}\"). Special pieces in it, such as "
+                    + "<|start_header_id|> or <s>, are read as their tokens, as llama-cli reads a prompt.")
     String prompt;
 
     @Option(names = {"-f", "--file"}, paramLabel = "FILE",
@@ -148,6 +150,11 @@ final class RunCommand implements Callable<Integer> {
              Session session = e.newSession(model, options)) {
             if (model.synthetic() && !json) {
                 System.err.println("[synthetic model " + model.source() + ": random weights, the text is meaningless]");
+            }
+            if (!engine.resuming() && startsWithTwoBos(model.tokenizer(), prompt)) {
+                // As llama.cpp warns: a chat template copied with its <|begin_of_text|> before the model's own BOS.
+                System.err.println("warning: the prompt starts with the BOS token and the model adds its own, so it "
+                        + "starts with two; leave the BOS piece out of the prompt");
             }
             // Straight to the file descriptor: System.out, a PrintStream, swallows write errors, so a run whose reader
             // had gone (| head) generated every token into a closed pipe, and one on a full disk exited 0.
@@ -300,6 +307,15 @@ final class RunCommand implements Callable<Integer> {
                 }
             }
         });
+    }
+
+    /** {@return whether {@code prompt}, encoded as a run encodes it, starts with BOS twice} */
+    static boolean startsWithTwoBos(Tokenizer tokenizer, String prompt) {
+        if (tokenizer.bos() < 0 || !prompt.contains(tokenizer.piece(tokenizer.bos()))) {
+            return false; // no second encoding of a prompt without the piece
+        }
+        int[] ids = tokenizer.encode(prompt);
+        return ids.length >= 2 && ids[0] == tokenizer.bos() && ids[1] == tokenizer.bos();
     }
 
     /** How long a signal waits for the generation to stop and the session to close (a kept cache's last pages). */

@@ -40,6 +40,24 @@ class CliTest {
     }
 
     /**
+     * Special pieces in a prompt are read as their tokens (ids as llama.cpp's llama-tokenize gives them, TokenizerTest),
+     * and a prompt that starts with the BOS piece, which the model adds too, is warned about, as llama.cpp warns.
+     */
+    @Test
+    void specialPiecesInThePromptAreTokensAndADoubleBosIsWarnedAbout() throws Exception {
+        String model = Models.require("stories260K-F32.gguf").toString();
+        Cli.Result r = Cli.run("run", "-m", model, "-p", "<s>Once upon</s> a time<unk>", "-n", "1", "--temp", "0",
+                "--json");
+        assertEquals(0, r.exit(), r.toString());
+        assertArrayEquals(new int[] {1, 1, 403, 407, 2, 410, 261, 378, 0}, Cli.jsonIds(r.out(), "prompt_ids"));
+        assertTrue(r.err().contains("warning: the prompt starts with the BOS token and the model adds its own"),
+                r.toString());
+        Cli.Result once = Cli.run("run", "-m", model, "-p", "Once upon</s> a time", "-n", "1", "--temp", "0");
+        assertEquals(0, once.exit(), once.toString());
+        assertFalse(once.err().contains("warning"), once.toString());
+    }
+
+    /**
      * --chunk 2 runs the prompt two tokens at a time (the JSON reports the session's chunk): the same ids, logits within
      * the same 1e-4 of llama.cpp.
      */

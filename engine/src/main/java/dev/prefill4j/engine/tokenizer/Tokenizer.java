@@ -7,19 +7,33 @@ import dev.prefill4j.engine.gguf.GgufContent;
 import dev.prefill4j.engine.gguf.GgufValue;
 import java.io.ByteArrayOutputStream;
 import java.nio.charset.StandardCharsets;
+import java.util.ArrayList;
 import java.util.Arrays;
+import java.util.Comparator;
 import java.util.List;
 import java.util.PriorityQueue;
+import java.util.stream.IntStream;
 
 /**
- * A SentencePiece-style tokenizer: pieces with scores, byte fallback, BOS/EOS.
+ * A tokenizer of one of the two kinds Llama-family model files carry: SentencePiece-style (GGUF's {@code llama}
+ * vocabularies, llama2.c's {@code tokenizer.bin}; Llama 1 and 2, TinyLlama) or byte-level BPE (GGUF's {@code gpt2}
+ * vocabularies; Llama 3 and GPT-2).
  *
- * <p><b>Encoding</b> (the algorithm of llama.cpp's SPM tokenizer and of llama2.c's {@code encode}; FORMATS.md §8):
- * a space is prepended when the vocabulary asks for a dummy prefix, spaces become {@code U+2581}, the text is
- * split into code points, then the adjacent pair whose concatenation is a piece with the <em>highest score</em>
- * is merged, repeatedly (ties: the leftmost pair). A code point that is no piece becomes its UTF-8 bytes as
- * {@code <0xHH>} byte tokens. <b>Decoding</b> maps {@code U+2581} back to a space, byte tokens to raw bytes, and
- * control tokens (BOS, EOS) to nothing.
+ * <p><b>SentencePiece-style encoding</b> (the algorithm of llama.cpp's SPM tokenizer and of llama2.c's {@code
+ * encode}; FORMATS.md §8): a space is prepended when the vocabulary asks for a dummy prefix, spaces become {@code
+ * U+2581}, the text is split into code points, then the adjacent pair whose concatenation is a piece with the
+ * <em>highest score</em> is merged, repeatedly (ties: the leftmost pair). A code point that is no piece becomes its
+ * UTF-8 bytes as {@code <0xHH>} byte tokens. <b>Decoding</b> maps {@code U+2581} back to a space, byte tokens to raw
+ * bytes, and control tokens (BOS, EOS) to nothing.
+ *
+ * <p><b>Byte-level BPE</b> ({@link #byteLevelBpe}): the text is split into words by the vocabulary's pre-tokenizer
+ * pattern, and within each word, whose UTF-8 bytes are each one symbol, the adjacent pair with the <em>lowest merge
+ * rank</em> is merged, repeatedly (ties: the leftmost pair). Decoding maps the pieces' characters back to bytes
+ * through GPT-2's byte-to-character table; control tokens decode to nothing.
+ *
+ * <p>Special pieces written in the text (control tokens such as {@code <|begin_of_text|>} or {@code <s>},
+ * user-defined and unknown tokens) are read as their tokens, as llama-cli and Hugging Face's tokenizers read a
+ * prompt; {@link #encode(String, boolean, boolean)} can read control tokens' pieces as text instead.
  *
  * <p>Immutable and thread-safe.
  *
@@ -33,6 +47,7 @@ public final class Tokenizer {
     static final int NORMAL = 1;
     static final int UNKNOWN = 2;
     static final int CONTROL = 3;
+    static final int USER_DEFINED = 4;
     static final int BYTE = 6;
 
     /**
@@ -56,6 +71,10 @@ public final class Tokenizer {
     private final int unk;
     private final boolean addBos;
     private final boolean addSpacePrefix;
+    /** The control, user-defined and unknown tokens with a piece, longest piece first (ties by id). */
+    private final int[] specials;
+    /** The merges and pre-tokenizer of a byte-level BPE vocabulary; null for a SentencePiece-style one. */
+    private final ByteLevelBpe bpe;
 
     /**
      * Creates a tokenizer from its vocabulary.
@@ -71,12 +90,41 @@ public final class Tokenizer {
      */
     public Tokenizer(String[] pieces, float[] scores, int[] types, int bos, int eos, int unk, boolean addBos,
                      boolean addSpacePrefix) {
-        this(Arrays.asList(pieces), scores.clone(), types.clone(), bos, eos, unk, addBos, addSpacePrefix);
+        this(Arrays.asList(pieces), scores.clone(), types.clone(), bos, eos, unk, addBos, addSpacePrefix, null, null);
     }
 
-    /** Keeps {@code scores} and {@code types} as they are: the callers' own copies or read-only metadata arrays. */
+    /**
+     * Creates a byte-level BPE tokenizer (GGUF's {@code gpt2} vocabularies: Llama 3, GPT-2).
+     *
+     * @param pieces       token pieces in GPT-2's byte-to-character form (a space is {@code U+0120}, "Ġ")
+     * @param types        GGUF token types, one per piece
+     * @param merges       the merges, {@code "left right"}, highest priority first
+     * @param preTokenizer the pre-tokenizer's name as in {@code tokenizer.ggml.pre}: {@code llama-bpe} (Llama 3;
+     *                     also {@code llama3}, {@code llama-v3}) or {@code gpt-2}
+     * @param bos          BOS id, or -1
+     * @param eos          EOS id, or -1
+     * @param addBos       whether {@link #encode(String)} starts with BOS
+     * @return the tokenizer
+     * @throws IllegalArgumentException if the pre-tokenizer is not one of these, a byte that UTF-8 uses has no
+     *                                  piece, or a merge names pieces the vocabulary lacks
+     */
+    public static Tokenizer byteLevelBpe(String[] pieces, int[] types, String[] merges, String preTokenizer, int bos,
+                                         int eos, boolean addBos) {
+        ByteLevelBpe.PreTokenizer pre = ByteLevelBpe.PreTokenizer.forName(preTokenizer);
+        if (pre == null) {
+            throw new IllegalArgumentException("pre-tokenizer '" + preTokenizer + "' is not supported (supported: "
+                    + ByteLevelBpe.SUPPORTED_PRE + ")");
+        }
+        return new Tokenizer(Arrays.asList(pieces), new float[pieces.length], types.clone(), bos, eos, -1, addBos,
+                false, Arrays.asList(merges), pre);
+    }
+
+    /**
+     * Keeps {@code scores} and {@code types} as they are: the callers' own copies or read-only metadata arrays.
+     * {@code merges} and {@code pre} are null for a SentencePiece-style vocabulary.
+     */
     private Tokenizer(List<String> pieces, float[] scores, int[] types, int bos, int eos, int unk, boolean addBos,
-                      boolean addSpacePrefix) {
+                      boolean addSpacePrefix, List<String> merges, ByteLevelBpe.PreTokenizer pre) {
         int size = pieces.size();
         if (scores.length != size || types.length != size) {
             throw new IllegalArgumentException("vocabulary arrays differ in length: " + size + " pieces, "
@@ -125,6 +173,12 @@ public final class Tokenizer {
                 }
             }
         }
+        this.specials = IntStream.range(0, size)
+                .filter(i -> (types[i] == CONTROL || types[i] == USER_DEFINED || types[i] == UNKNOWN)
+                        && ends[i] > start(i))
+                .boxed().sorted(Comparator.comparingInt((Integer i) -> start(i) - ends[i])) // stable: ties by id
+                .mapToInt(Integer::intValue).toArray();
+        this.bpe = merges == null ? null : new ByteLevelBpe(merges, pre, this::id);
     }
 
     private int start(int id) {
@@ -177,7 +231,8 @@ public final class Tokenizer {
     }
 
     /**
-     * Reads a {@code llama} (SentencePiece) vocabulary from GGUF metadata.
+     * Reads the vocabulary from GGUF metadata: a {@code llama} (SentencePiece-style) one, or a {@code gpt2}
+     * (byte-level BPE) one with its merges and a pre-tokenizer this class knows ({@link #byteLevelBpe}).
      *
      * @param gguf the model
      * @return the tokenizer
@@ -185,9 +240,22 @@ public final class Tokenizer {
      */
     public static Tokenizer fromGguf(GgufContent gguf) {
         String model = gguf.requireString("tokenizer.ggml.model");
-        if (!model.equals("llama")) {
+        boolean byteLevel = model.equals("gpt2");
+        if (!byteLevel && !model.equals("llama")) {
             throw gguf.fail("tokenizer model '" + model + "' is not supported yet (supported: 'llama', the "
-                    + "SentencePiece-style vocabulary)");
+                    + "SentencePiece-style vocabulary, and 'gpt2', byte-level BPE)");
+        }
+        ByteLevelBpe.PreTokenizer pre = null;
+        List<String> merges = null;
+        if (byteLevel) {
+            String name = gguf.metadata().containsKey("tokenizer.ggml.pre")
+                    ? gguf.requireString("tokenizer.ggml.pre") : null;
+            pre = ByteLevelBpe.PreTokenizer.forName(name);
+            if (pre == null) {
+                throw gguf.fail("pre-tokenizer '" + name + "' (tokenizer.ggml.pre) is not supported yet (supported: "
+                        + ByteLevelBpe.SUPPORTED_PRE + "); its pattern decides how text splits into words");
+            }
+            merges = gguf.requireStrings("tokenizer.ggml.merges");
         }
         List<String> pieces = gguf.requireStrings("tokenizer.ggml.tokens");
         int size = pieces.size();
@@ -209,19 +277,25 @@ public final class Tokenizer {
             Arrays.fill(t, NORMAL);
             return t;
         });
-        int bos = (int) gguf.getLong("tokenizer.ggml.bos_token_id", 1);
-        int eos = (int) gguf.getLong("tokenizer.ggml.eos_token_id", 2);
-        int unk = (int) gguf.getLong("tokenizer.ggml.unknown_token_id", 0);
+        // Defaults where a key is absent: SentencePiece's fixed ids; none for BPE, whose files state theirs.
+        int bos = (int) gguf.getLong("tokenizer.ggml.bos_token_id", byteLevel ? -1 : 1);
+        int eos = (int) gguf.getLong("tokenizer.ggml.eos_token_id", byteLevel ? -1 : 2);
+        int unk = (int) gguf.getLong("tokenizer.ggml.unknown_token_id", byteLevel ? -1 : 0);
         for (int id : new int[] {bos, eos, unk}) {
             if (id < -1 || id >= size) {
                 throw gguf.fail("special token id " + id + " is outside the vocabulary of " + size);
             }
         }
+        // BOS by default for SentencePiece and Llama 3, not for GPT-2 (llama.cpp's defaults, src/llama-vocab.cpp).
         boolean addBos = gguf.get("tokenizer.ggml.add_bos_token").map(GgufValue::value)
+                .map(Boolean.TRUE::equals).orElse(!byteLevel || pre == ByteLevelBpe.PreTokenizer.LLAMA3);
+        boolean prefix = !byteLevel && gguf.get("tokenizer.ggml.add_space_prefix").map(GgufValue::value)
                 .map(Boolean.TRUE::equals).orElse(true);
-        boolean prefix = gguf.get("tokenizer.ggml.add_space_prefix").map(GgufValue::value)
-                .map(Boolean.TRUE::equals).orElse(true);
-        return new Tokenizer(pieces, scores, types, bos, eos, unk, addBos, prefix);
+        try {
+            return new Tokenizer(pieces, scores, types, bos, eos, unk, addBos, prefix, merges, pre);
+        } catch (IllegalArgumentException e) {
+            throw gguf.fail(e.getMessage());
+        }
     }
 
     /** {@return the vocabulary size} */
@@ -255,27 +329,109 @@ public final class Tokenizer {
         return types[id];
     }
 
-    /** {@return the token ids of {@code text}, with BOS first if the vocabulary asks for it} @param text input */
+    /**
+     * {@return the token ids of {@code text}, with BOS first if the vocabulary asks for it}: special pieces written
+     * in the text are read as their tokens ({@link #encode(String, boolean, boolean)}).
+     *
+     * @param text input
+     */
     public int[] encode(String text) {
-        return encode(text, addBos);
+        return encode(text, addBos, true);
     }
 
     /**
-     * Encodes text.
+     * Encodes text, reading special pieces written in it as their tokens ({@link #encode(String, boolean,
+     * boolean)}).
      *
      * @param text    the input
      * @param withBos whether to start with BOS
      * @return the token ids
      */
     public int[] encode(String text, boolean withBos) {
+        return encode(text, withBos, true);
+    }
+
+    /**
+     * Encodes text. The special pieces (control, user-defined and unknown tokens, longest first) split the text
+     * before anything else, each occurrence becoming its token, as llama.cpp (its {@code parse_special}, which
+     * llama-cli sets for a prompt) and Hugging Face's tokenizers do: so a chat prompt can be written out, {@code
+     * <|start_header_id|>user<|end_header_id|>} for Llama 3. Without {@code parseSpecial} only user-defined pieces
+     * split the text, and control tokens' pieces are encoded as text. In a SentencePiece-style vocabulary the dummy
+     * prefix space goes before the text at the start and after each special piece, as in llama.cpp.
+     *
+     * @param text         the input
+     * @param withBos      whether to start with BOS
+     * @param parseSpecial whether control and unknown tokens' pieces in the text are read as those tokens
+     * @return the token ids
+     */
+    public int[] encode(String text, boolean withBos, boolean parseSpecial) {
         IntList out = new IntList();
         if (withBos && bos >= 0) {
             out.add(bos);
         }
-        if (text.isEmpty()) {
-            return out.toArray();
+        boolean afterSpecial = true;
+        for (int[] part : partition(text, parseSpecial)) {
+            if (part[2] >= 0) {
+                out.add(part[2]);
+                afterSpecial = true;
+            } else {
+                encodeText(text.substring(part[0], part[1]), afterSpecial, out);
+                afterSpecial = false;
+            }
         }
-        String norm = ((addSpacePrefix ? " " : "") + text).replace(" ", SPACE);
+        return out.toArray();
+    }
+
+    /**
+     * {@return {@code text} cut at the special pieces it holds}: {@code {start, end, id}} in order, {@code id} -1 for
+     * a stretch of text. Each special in turn (longest first) splits the stretches left so far at every occurrence,
+     * from the left.
+     */
+    private List<int[]> partition(String text, boolean parseSpecial) {
+        List<int[]> parts = new ArrayList<>();
+        if (text.isEmpty()) {
+            return parts;
+        }
+        parts.add(new int[] {0, text.length(), -1});
+        for (int id : specials) {
+            if (!parseSpecial && types[id] != USER_DEFINED) {
+                continue;
+            }
+            String piece = piece(id);
+            if (!text.contains(piece)) {
+                continue;
+            }
+            List<int[]> next = new ArrayList<>(parts.size() + 2);
+            for (int[] p : parts) {
+                if (p[2] >= 0) {
+                    next.add(p);
+                    continue;
+                }
+                int from = p[0];
+                for (int at = text.indexOf(piece, from); at >= 0 && at + piece.length() <= p[1];
+                     at = text.indexOf(piece, from)) {
+                    if (at > from) {
+                        next.add(new int[] {from, at, -1});
+                    }
+                    next.add(new int[] {at, at + piece.length(), id});
+                    from = at + piece.length();
+                }
+                if (from < p[1]) {
+                    next.add(new int[] {from, p[1], -1});
+                }
+            }
+            parts = next;
+        }
+        return parts;
+    }
+
+    /** Encodes a stretch of text without special pieces; {@code prefix}: SentencePiece's dummy prefix applies. */
+    private void encodeText(String text, boolean prefix, IntList out) {
+        if (bpe != null) {
+            bpe.encode(text, out::add);
+            return;
+        }
+        String norm = ((addSpacePrefix && prefix ? " " : "") + text).replace(" ", SPACE);
         // Symbols: a doubly linked list over the code points.
         int n = norm.codePointCount(0, norm.length());
         String[] sym = new String[n];
@@ -333,12 +489,12 @@ public final class Tokenizer {
                 out.add(t >= 0 ? t : unk);
             }
         }
-        return out.toArray();
     }
 
     /**
-     * {@return the raw bytes a token stands for}: byte tokens give their byte, control tokens nothing, other
-     * pieces their UTF-8 with {@link #SPACE} as a space.
+     * {@return the raw bytes a token stands for}: control and unknown tokens nothing; in a SentencePiece-style
+     * vocabulary byte tokens their byte and other pieces their UTF-8 with {@link #SPACE} as a space; in a byte-level
+     * BPE one the bytes its characters stand for.
      *
      * @param id token id
      */
@@ -352,6 +508,9 @@ public final class Tokenizer {
             return new byte[0];
         }
         String piece = piece(id);
+        if (bpe != null) {
+            return ByteLevelBpe.bytes(piece);
+        }
         int b = types[id] == BYTE || isBytePiece(piece) ? parseByte(piece) : -1;
         if (b >= 0) {
             return new byte[] {(byte) b};

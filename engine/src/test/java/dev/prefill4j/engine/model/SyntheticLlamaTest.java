@@ -7,11 +7,11 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import dev.prefill4j.api.PrefillException;
 import dev.prefill4j.api.spi.Quantizer;
+import dev.prefill4j.engine.TestModels;
 import dev.prefill4j.engine.gguf.DeferredMetadata;
 import dev.prefill4j.engine.gguf.GgufArray;
 import dev.prefill4j.engine.gguf.GgufContent;
 import dev.prefill4j.engine.gguf.GgufTensor;
-import dev.prefill4j.engine.gguf.GgufValue;
 import dev.prefill4j.engine.registry.PluginRegistry;
 import java.lang.foreign.MemorySegment;
 import java.util.ArrayList;
@@ -36,22 +36,7 @@ class SyntheticLlamaTest {
             Map<String, Object> md = new LinkedHashMap<>();
             SyntheticLlama.vocabulary(size, md);
             DeferredMetadata metadata = new DeferredMetadata(md);
-            GgufContent content = new GgufContent() {
-                @Override
-                public String source() {
-                    return "test";
-                }
-
-                @Override
-                public Map<String, GgufValue> metadata() {
-                    return metadata;
-                }
-
-                @Override
-                public List<GgufTensor> tensors() {
-                    return List.of();
-                }
-            };
+            GgufContent content = TestModels.metadataOnly("test", metadata);
             List<String> pieces = content.requireStrings("tokenizer.ggml.tokens");
             List<String> expected = enumeration(size);
             assertEquals(expected, pieces);

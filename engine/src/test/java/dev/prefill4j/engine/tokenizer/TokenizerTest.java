@@ -39,6 +39,29 @@ class TokenizerTest {
         }
     }
 
+    /**
+     * Special pieces in the text: as llama.cpp's llama-tokenize reads them (build c392e50, {@code llama-tokenize -m
+     * FILE -f PROMPT --ids --no-escape}, and with {@code --no-parse-special}): BOS, EOS and unknown written out
+     * become those tokens, with the dummy prefix space again after each; without parsing they are text.
+     */
+    @Test
+    void specialPiecesInTheTextAreReadAsLlamaCppReadsThem() {
+        String text = "<s>Once upon</s> a time<unk>";
+        try (GgufFile f = GgufFile.open(TestModels.require("stories260K-F32.gguf"))) {
+            Tokenizer t = Tokenizer.fromGguf(f);
+            assertArrayEquals(new int[] {1, 1, 403, 407, 2, 410, 261, 378, 0}, t.encode(text));
+            assertArrayEquals(new int[] {1, 410, 504, 419, 505, 441, 416, 331, 407, 504, 492, 419, 505, 261, 378, 504,
+                379, 433, 505}, t.encode(text, true, false));
+        }
+        try (GgufFile f = GgufFile.open(TestModels.require("tiny-256-F32.gguf"))) {
+            Tokenizer t = Tokenizer.fromGguf(f);
+            assertArrayEquals(new int[] {1, 1, 394, 283, 272, 274, 374, 285, 284, 283, 2, 259, 354, 373, 278, 282, 274,
+                0}, t.encode(text));
+            assertArrayEquals(new int[] {1, 259, 339, 288, 341, 310, 283, 272, 274, 374, 285, 284, 283, 339, 336, 288,
+                341, 354, 373, 278, 282, 274, 339, 290, 283, 280, 341}, t.encode(text, true, false));
+        }
+    }
+
     @Test
     void unknownCharactersFallBackToByteTokens() {
         try (GgufFile f = GgufFile.open(TestModels.require("stories260K-F32.gguf"))) {
