@@ -89,8 +89,9 @@ final class RunCommand implements Callable<Integer> {
     int burst;
 
     @Option(names = "--stop-at-eos",
-            description = "Stop when the model produces its end-of-sequence token. By default all -n tokens are "
-                    + "generated, as the reference outputs this engine is checked against were.")
+            description = "Stop when the model produces its end-of-sequence token (or an end-of-turn token: "
+                    + "Llama 3's <|eot_id|>). By default all -n tokens are generated, as the reference outputs this "
+                    + "engine is checked against were.")
     boolean stopAtEos;
 
     @Option(names = "--json", description = "Print one JSON document instead of streaming text.")

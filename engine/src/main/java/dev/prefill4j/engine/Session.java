@@ -243,8 +243,9 @@ public final class Session implements AutoCloseable {
     }
 
     /**
-     * Encodes a prompt, prefills it, then samples {@code maxTokens} tokens (stopping early at EOS unless
-     * {@code ignoreEos}).
+     * Encodes a prompt, prefills it, then samples {@code maxTokens} tokens (stopping early at EOS, or at another token
+     * that {@linkplain dev.prefill4j.engine.tokenizer.Tokenizer#endsGeneration ends a generation}, unless {@code
+     * ignoreEos}).
      *
      * @param prompt      the text
      * @param maxTokens   tokens to generate
@@ -282,7 +283,7 @@ public final class Session implements AutoCloseable {
             if (onToken != null) {
                 onToken.accept(next);
             }
-            if ((next == model.tokenizer().eos() && !ignoreEos) || i == maxTokens - 1) {
+            if ((model.tokenizer().endsGeneration(next) && !ignoreEos) || i == maxTokens - 1) {
                 break;
             }
             last = decode(next);
@@ -322,7 +323,7 @@ public final class Session implements AutoCloseable {
             if (onToken != null) {
                 onToken.accept(next);
             }
-            if (next == model.tokenizer().eos() && !ignoreEos) {
+            if (model.tokenizer().endsGeneration(next) && !ignoreEos) {
                 break;
             }
         }
@@ -441,7 +442,7 @@ public final class Session implements AutoCloseable {
                 if (onToken != null) {
                     onToken.accept(pend);
                 }
-                if (produced == maxTokens || (pend == model.tokenizer().eos() && !ignoreEos)) {
+                if (produced == maxTokens || (model.tokenizer().endsGeneration(pend) && !ignoreEos)) {
                     break;
                 }
             }
@@ -461,7 +462,7 @@ public final class Session implements AutoCloseable {
             boolean stop = false;
             while (a < draft.length && Sampler.argmax(slice(logits, a, vocab)) == draft[a]) {
                 int token = draft[a++];
-                if (produced + a == maxTokens || (token == model.tokenizer().eos() && !ignoreEos)) {
+                if (produced + a == maxTokens || (model.tokenizer().endsGeneration(token) && !ignoreEos)) {
                     stop = true;
                     break;
                 }

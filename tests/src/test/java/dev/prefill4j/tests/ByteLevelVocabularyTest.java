@@ -49,6 +49,11 @@ class ByteLevelVocabularyTest {
     }
 
     private Path model() {
+        return model(-1);
+    }
+
+    /** The model, with piece {@code eot} (if not -1) Llama 3's end-of-turn control token. */
+    private Path model(int eot) {
         List<String> pieces = new ArrayList<>();
         for (int b = 0; b < 256; b++) {
             pieces.add(byteChar(b));
@@ -61,7 +66,11 @@ class ByteLevelVocabularyTest {
         int[] types = new int[pieces.size()];
         Arrays.fill(types, 1);
         types[BOS] = 3;
-        return Models.rewrite("tiny-256-F32.gguf", dir.resolve("bpe.gguf"), key -> !key.startsWith("tokenizer."),
+        if (eot >= 0) {
+            pieces.set(eot, "<|eot_id|>");
+            types[eot] = 3;
+        }
+        return Models.rewrite("tiny-256-F32.gguf", dir.resolve("bpe" + eot + ".gguf"), key -> !key.startsWith("tokenizer."),
                 w -> w.put("tokenizer.ggml.model", GgufValue.string("gpt2"))
                         .put("tokenizer.ggml.pre", GgufValue.string("llama-bpe"))
                         .put("tokenizer.ggml.tokens", GgufValue.array(ValueType.STRING, pieces.toArray(String[]::new)))
@@ -88,6 +97,20 @@ class ByteLevelVocabularyTest {
                 text.append(" w").append(id);
             }
             assertEquals(text.toString(), g.text());
+        }
+    }
+
+    /**
+     * The greedy run above chooses 307, then 406: with 406 made Llama 3's {@code <|eot_id|>}, a run that stops at the
+     * end of a generation stops there, though the file names no end-of-turn id, as an instruct model's answer ends.
+     */
+    @Test
+    void llama3sEndOfTurnEndsAGeneration() {
+        try (Engine engine = Engine.builder().threads(2).build(); LlamaModel m = engine.load(model(406));
+             Session s = engine.newSession(m, SessionOptions.defaults().withKvType(KVElementType.F32))) {
+            Generation g = s.generate("hello hello!", 8, new Sampler(SamplerConfig.greedy()), false, false, null);
+            assertArrayEquals(new int[] {307, 406}, g.generatedIds());
+            assertEquals(" w307", g.text()); // the control token prints nothing
         }
     }
 }

@@ -68,6 +68,8 @@ public final class Tokenizer {
     private final int[] byteTokens = new int[256];
     private final int bos;
     private final int eos;
+    /** Tokens other than EOS that end a generation (end of turn, end of message); see {@link #endsGeneration}. */
+    private final int[] otherEnds;
     private final int unk;
     private final boolean addBos;
     private final boolean addSpacePrefix;
@@ -90,7 +92,8 @@ public final class Tokenizer {
      */
     public Tokenizer(String[] pieces, float[] scores, int[] types, int bos, int eos, int unk, boolean addBos,
                      boolean addSpacePrefix) {
-        this(Arrays.asList(pieces), scores.clone(), types.clone(), bos, eos, unk, addBos, addSpacePrefix, null, null);
+        this(Arrays.asList(pieces), scores.clone(), types.clone(), bos, eos, new int[0], unk, addBos, addSpacePrefix,
+                null, null);
     }
 
     /**
@@ -115,16 +118,17 @@ public final class Tokenizer {
             throw new IllegalArgumentException("pre-tokenizer '" + preTokenizer + "' is not supported (supported: "
                     + ByteLevelBpe.SUPPORTED_PRE + ")");
         }
-        return new Tokenizer(Arrays.asList(pieces), new float[pieces.length], types.clone(), bos, eos, -1, addBos,
-                false, Arrays.asList(merges), pre);
+        return new Tokenizer(Arrays.asList(pieces), new float[pieces.length], types.clone(), bos, eos, new int[0], -1,
+                addBos, false, Arrays.asList(merges), pre);
     }
 
     /**
      * Keeps {@code scores} and {@code types} as they are: the callers' own copies or read-only metadata arrays.
-     * {@code merges} and {@code pre} are null for a SentencePiece-style vocabulary.
+     * {@code merges} and {@code pre} are null for a SentencePiece-style vocabulary; {@code fileEnds} are the file's
+     * end-of-turn and end-of-message ids.
      */
-    private Tokenizer(List<String> pieces, float[] scores, int[] types, int bos, int eos, int unk, boolean addBos,
-                      boolean addSpacePrefix, List<String> merges, ByteLevelBpe.PreTokenizer pre) {
+    private Tokenizer(List<String> pieces, float[] scores, int[] types, int bos, int eos, int[] fileEnds, int unk,
+                      boolean addBos, boolean addSpacePrefix, List<String> merges, ByteLevelBpe.PreTokenizer pre) {
         int size = pieces.size();
         if (scores.length != size || types.length != size) {
             throw new IllegalArgumentException("vocabulary arrays differ in length: " + size + " pieces, "
@@ -179,6 +183,11 @@ public final class Tokenizer {
                 .boxed().sorted(Comparator.comparingInt((Integer i) -> start(i) - ends[i])) // stable: ties by id
                 .mapToInt(Integer::intValue).toArray();
         this.bpe = merges == null ? null : new ByteLevelBpe(merges, pre, this::id);
+        // Where the file names no end of turn or message, Llama 3's control pieces for them, as llama.cpp finds such
+        // tokens by their text (src/llama-vocab.cpp): an instruct model ends its answer with <|eot_id|>.
+        this.otherEnds = fileEnds.length > 0 ? fileEnds.clone() : Arrays.stream(specials)
+                .filter(i -> types[i] == CONTROL && (matches(i, "<|eot_id|>") || matches(i, "<|eom_id|>")))
+                .toArray();
     }
 
     private int start(int id) {
@@ -281,7 +290,9 @@ public final class Tokenizer {
         int bos = (int) gguf.getLong("tokenizer.ggml.bos_token_id", byteLevel ? -1 : 1);
         int eos = (int) gguf.getLong("tokenizer.ggml.eos_token_id", byteLevel ? -1 : 2);
         int unk = (int) gguf.getLong("tokenizer.ggml.unknown_token_id", byteLevel ? -1 : 0);
-        for (int id : new int[] {bos, eos, unk}) {
+        int eot = (int) gguf.getLong("tokenizer.ggml.eot_token_id", -1);
+        int eom = (int) gguf.getLong("tokenizer.ggml.eom_token_id", -1);
+        for (int id : new int[] {bos, eos, unk, eot, eom}) {
             if (id < -1 || id >= size) {
                 throw gguf.fail("special token id " + id + " is outside the vocabulary of " + size);
             }
@@ -292,7 +303,8 @@ public final class Tokenizer {
         boolean prefix = !byteLevel && gguf.get("tokenizer.ggml.add_space_prefix").map(GgufValue::value)
                 .map(Boolean.TRUE::equals).orElse(true);
         try {
-            return new Tokenizer(pieces, scores, types, bos, eos, unk, addBos, prefix, merges, pre);
+            int[] fileEnds = IntStream.of(eot, eom).filter(i -> i >= 0).toArray();
+            return new Tokenizer(pieces, scores, types, bos, eos, fileEnds, unk, addBos, prefix, merges, pre);
         } catch (IllegalArgumentException e) {
             throw gguf.fail(e.getMessage());
         }
@@ -311,6 +323,25 @@ public final class Tokenizer {
     /** {@return the EOS id, or -1} */
     public int eos() {
         return eos;
+    }
+
+    /**
+     * {@return whether {@code id} ends a generation}: EOS, and the end-of-turn and end-of-message tokens the file
+     * names ({@code tokenizer.ggml.eot_token_id}, {@code eom_token_id}) or, where it names neither, Llama 3's
+     * {@code <|eot_id|>} and {@code <|eom_id|>} control tokens.
+     *
+     * @param id token id
+     */
+    public boolean endsGeneration(int id) {
+        if (id == eos && id >= 0) {
+            return true;
+        }
+        for (int end : otherEnds) {
+            if (id == end) {
+                return true;
+            }
+        }
+        return false;
     }
 
     /** {@return the piece of {@code id} as stored} @param id token id */

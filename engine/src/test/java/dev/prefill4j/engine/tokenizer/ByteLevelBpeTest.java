@@ -198,6 +198,14 @@ class ByteLevelBpeTest {
         int[] asText = llama3.encode("<|begin_of_text|>", false, false);
         assertEquals(17, asText.length, Arrays.toString(asText)); // its 17 bytes: no merge of this vocabulary applies
         assertEquals("<|begin_of_text|>", llama3.decode(asText));
+        // No end-of-turn id in the file and no <|eot_id|> piece: only EOS (none here) ends a generation; a file's
+        // eot_token_id does.
+        assertTrue(java.util.stream.IntStream.range(0, llama3.size()).noneMatch(llama3::endsGeneration));
+        GgufContent withEot = gguf("llama-bpe");
+        withEot.metadata().put("tokenizer.ggml.eot_token_id", GgufValue.u32(bos));
+        Tokenizer eot = Tokenizer.fromGguf(withEot);
+        assertTrue(eot.endsGeneration(bos));
+        assertEquals(1, java.util.stream.IntStream.range(0, eot.size()).filter(eot::endsGeneration).count());
         PrefillException e = assertThrows(PrefillException.class, () -> Tokenizer.fromGguf(gguf("qwen2")));
         assertTrue(e.getMessage().contains("pre-tokenizer 'qwen2' (tokenizer.ggml.pre) is not supported yet"),
                 e.getMessage());
