@@ -240,8 +240,8 @@ final class ByteLevelBpe {
     }
 
     /**
-     * {@return the bytes a piece's characters stand for}; a character outside the table (a user-defined piece's
-     * own text) gives its UTF-8.
+     * {@return the bytes a piece's characters stand for}; a character outside the table, which no byte-level
+     * vocabulary's normal pieces should hold, gives its UTF-8.
      *
      * @param piece a piece of the vocabulary
      */

@@ -48,6 +48,7 @@ public final class Tokenizer {
     static final int UNKNOWN = 2;
     static final int CONTROL = 3;
     static final int USER_DEFINED = 4;
+    static final int UNUSED = 5;
     static final int BYTE = 6;
 
     /**
@@ -523,9 +524,9 @@ public final class Tokenizer {
     }
 
     /**
-     * {@return the raw bytes a token stands for}: control and unknown tokens nothing; in a SentencePiece-style
-     * vocabulary byte tokens their byte and other pieces their UTF-8 with {@link #SPACE} as a space; in a byte-level
-     * BPE one the bytes its characters stand for.
+     * {@return the raw bytes a token stands for}: control, unknown and unused tokens nothing, user-defined ones their
+     * piece's UTF-8 as written; in a SentencePiece-style vocabulary byte tokens their byte and other pieces their
+     * UTF-8 with {@link #SPACE} as a space; in a byte-level BPE one the bytes its characters stand for.
      *
      * @param id token id
      */
@@ -533,12 +534,16 @@ public final class Tokenizer {
         if (id < 0 || id >= ends.length) {
             throw new IllegalArgumentException("token id " + id + " is outside the vocabulary of " + ends.length);
         }
-        // As llama.cpp's token_to_piece without `special` (llama-cli's default; src/llama-vocab.cpp): unknown and
-        // control tokens print nothing. "<unk>" had been printed as text in the middle of a generation.
-        if (types[id] == CONTROL || types[id] == UNKNOWN) {
+        // As llama.cpp's token_to_piece without `special` (llama-cli's default; src/llama-vocab.cpp): unknown, control
+        // and unused tokens print nothing ("<unk>" had been printed as text in the middle of a generation), user-defined
+        // ones their text as written.
+        if (types[id] == CONTROL || types[id] == UNKNOWN || types[id] == UNUSED) {
             return new byte[0];
         }
         String piece = piece(id);
+        if (types[id] == USER_DEFINED) {
+            return piece.getBytes(StandardCharsets.UTF_8);
+        }
         if (bpe != null) {
             return ByteLevelBpe.bytes(piece);
         }

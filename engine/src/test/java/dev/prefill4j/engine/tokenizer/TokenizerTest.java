@@ -89,6 +89,10 @@ class TokenizerTest {
         assertArrayEquals(new byte[0], t.bytes(1), "BOS");
         assertArrayEquals(new byte[0], t.bytes(2), "EOS");
         assertEquals(" hix", t.decode(new int[] {0, 3, 2, 4, 0}));
+        // A user-defined piece prints as written (its U+2581 kept), an unused one nothing, as in llama.cpp.
+        Tokenizer u = new Tokenizer(new String[] {"<unk>", "\u2581\u2581", "<unused0>", "x"}, new float[4],
+                new int[] {2, 4, 5, 1}, -1, -1, 0, false, false);
+        assertEquals("\u2581\u2581x", u.decode(new int[] {1, 2, 3}));
     }
 
     /** Pieces longer than the tokenizer's first guess at their total length: stored whole, found by their chars. */
