@@ -7,12 +7,15 @@ import dev.prefill4j.engine.Engine;
 import dev.prefill4j.engine.gguf.CloseableContent;
 import dev.prefill4j.engine.gguf.GgufTensor;
 import dev.prefill4j.engine.gguf.GgufValue;
+import dev.prefill4j.engine.model.LlamaConfig;
+import dev.prefill4j.engine.model.LlamaModel;
 import dev.prefill4j.engine.registry.PluginRegistry;
 import java.lang.reflect.Array;
 import java.nio.file.Path;
 import java.util.ArrayList;
 import java.util.LinkedHashMap;
 import java.util.List;
+import java.util.Locale;
 import java.util.Map;
 import java.util.Optional;
 import java.util.concurrent.Callable;
@@ -22,8 +25,8 @@ import picocli.CommandLine.Parameters;
 
 /** {@code prefill4j inspect}: metadata and tensors of a model file, and which module decodes each tensor. */
 @Command(name = "inspect", mixinStandardHelpOptions = true,
-        description = "Show a model file's metadata and, per tensor, its name, shape, type and the module that "
-                + "decodes it (or the module to add).")
+        description = "Show whether this engine runs a model file (and what it runs, or why not), its metadata and, "
+                + "per tensor, its name, shape, type and the module that decodes it (or the module to add).")
 final class InspectCommand implements Callable<Integer> {
     @Parameters(paramLabel = "MODEL", arity = "0..1",
             description = "GGUF file, or llama2.c .bin (with --tokenizer); or give it with -m.")
@@ -60,15 +63,19 @@ final class InspectCommand implements Callable<Integer> {
                         .orElseGet(() -> "MISSING: " + PluginRegistry.missingFormat(t.type(), "it").getMessage()));
                 tensors.add(row);
             }
+            Map<String, Object> runs = verdict(content, registry);
             if (json) {
                 Map<String, Object> doc = new LinkedHashMap<>();
                 doc.put("file", content.source());
+                doc.put("runs", runs);
                 doc.put("metadata", md);
                 doc.put("tensors", tensors);
                 System.out.print(Json.write(doc));
                 return 0;
             }
             System.out.println("file: " + content.source());
+            System.out.println(Boolean.TRUE.equals(runs.get("ok")) ? "runs: yes: " + runs.get("model")
+                    : "runs: no: " + Printable.of((String) runs.get("problem")));
             System.out.println("metadata (" + md.size() + " keys):");
             // Keys, values and names are the file's text: escaped (a hostile file's terminal escape sequences would
             // otherwise reach the terminal, and a chat template's lines broke the list) and long values shortened.
@@ -82,6 +89,27 @@ final class InspectCommand implements Callable<Integer> {
             }
         }
         return 0;
+    }
+
+    /**
+     * Binds the weights as {@code run} would (nothing is read but the norms), to say whether this engine runs the
+     * file and what it runs, or why not: a vocabulary or RoPE scaling it does not know, a tensor it would leave out, a
+     * format no module provides.
+     */
+    private static Map<String, Object> verdict(CloseableContent content, PluginRegistry registry) {
+        Map<String, Object> v = new LinkedHashMap<>();
+        try (LlamaModel m = LlamaModel.bind(content, false, registry, null)) {
+            LlamaConfig c = m.config();
+            v.put("ok", true);
+            v.put("model", String.format(Locale.ROOT, "llama, %d layers, width %d, %d heads of %d (%d for K and V), "
+                    + "FFN %d, trained context %d; %s; RoPE base %s%s", c.layers(), c.dim(), c.heads(), c.headDim(),
+                    c.kvHeads(), c.ffnDim(), c.contextLength(), m.tokenizer().description(), c.ropeBase(),
+                    m.ropeDivisors() != null ? " with per-pair frequency divisors" : ""));
+        } catch (PrefillException e) {
+            v.put("ok", false);
+            v.put("problem", e.getMessage());
+        }
+        return v;
     }
 
     /** The model file, from MODEL or -m (one of them, not both). */

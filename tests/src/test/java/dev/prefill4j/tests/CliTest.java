@@ -290,6 +290,12 @@ class CliTest {
         Path arch = storiesWith("arch.gguf", java.util.Map.of("general.architecture", "\u001b[2Jx\ny"));
         Cli.Result error = Cli.run("run", "-m", arch.toString(), "-n", "1");
         assertOneLineError(error, "architecture '\\u001b[2Jx\\ny' is not supported yet");
+        // inspect shows the file and says, as one printable line, why it does not run.
+        Cli.Result verdict = Cli.run("inspect", arch.toString());
+        assertEquals(0, verdict.exit(), verdict.toString());
+        assertTrue(verdict.out().contains("\nruns: no: " + arch + ": architecture '\\u001b[2Jx\\ny' is not supported "
+                + "yet "), verdict.out());
+        assertTrue(Cli.run("inspect", arch.toString(), "--json").out().contains("\"ok\": false"));
         assertFalse(error.err().contains("\u001b"), error.toString());
     }
 
@@ -551,6 +557,9 @@ class CliTest {
         Cli.Result dashM = Cli.run("inspect", "-m", model);
         assertEquals(0, bare.exit(), bare.toString());
         assertTrue(bare.out().contains("decoded by") && bare.out().contains("q8_0 (dev.prefill4j.engine)"), bare.out());
+        // The geometry MANIFEST.md gives (llama.cpp's converter wrote context 128), and that the engine runs it.
+        assertTrue(bare.out().contains("\nruns: yes: llama, 5 layers, width 64, 8 heads of 8 (4 for K and V), FFN 172, "
+                + "trained context 128; SentencePiece-style, 512 pieces; RoPE base 10000.0\n"), bare.out());
         assertEquals(bare.out(), dashM.out());
         Cli.Result none = Cli.run("inspect");
         assertEquals(2, none.exit(), none.toString());

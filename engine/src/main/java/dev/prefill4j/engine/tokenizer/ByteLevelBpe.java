@@ -29,20 +29,23 @@ final class ByteLevelBpe {
      */
     enum PreTokenizer {
         /** GPT-2's own pattern (its {@code encoder.py}), with the trailing {@code \s+} that covers all text. */
-        GPT2("'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+", false),
+        GPT2("GPT-2's", "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+", false),
         /**
          * Llama 3's pattern ({@code tokenizer.json} of Meta-Llama-3): contractions in either case, a letter run with
          * at most one non-letter, non-digit char before it, digits in groups of up to three, punctuation runs with
          * their line ends, line breaks, then spaces.
          */
-        LLAMA3("(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}"
+        LLAMA3("Llama 3's", "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}"
                 + "| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+", true);
 
         /** {@code \s} as Unicode's White_Space, as the vocabularies' own (Rust, Oniguruma) patterns read it. */
         final Pattern pattern;
         final boolean ignoreMerges;
+        /** Whose pattern it is, for descriptions. */
+        final String owner;
 
-        PreTokenizer(String regex, boolean ignoreMerges) {
+        PreTokenizer(String owner, String regex, boolean ignoreMerges) {
+            this.owner = owner;
             this.pattern = Pattern.compile(regex, Pattern.UNICODE_CHARACTER_CLASS);
             this.ignoreMerges = ignoreMerges;
         }
@@ -88,6 +91,7 @@ final class ByteLevelBpe {
     }
 
     private final PreTokenizer pre;
+    private final int mergeCount;
     private final ToIntFunction<String> ids;
     /** Each byte's one-character piece. */
     private final int[] byteIds = new int[256];
@@ -122,6 +126,7 @@ final class ByteLevelBpe {
             }
         }
         int n = merges.size();
+        this.mergeCount = n;
         int capacity = Integer.highestOneBit(Math.max(2, n + n / 2)) << 1;
         keys = new long[capacity];
         ranks = new int[capacity];
@@ -145,6 +150,11 @@ final class ByteLevelBpe {
                 merged[h] = joined;
             }
         }
+    }
+
+    /** {@return what this is, for people: the pattern's owner and the number of merges} */
+    String description() {
+        return String.format(Locale.ROOT, "byte-level BPE with %s pre-tokenizer, %,d merges", pre.owner, mergeCount);
     }
 
     private int slot(long key) {

@@ -11,6 +11,7 @@ import java.util.ArrayList;
 import java.util.Arrays;
 import java.util.Comparator;
 import java.util.List;
+import java.util.Locale;
 import java.util.PriorityQueue;
 import java.util.stream.IntStream;
 
@@ -309,6 +310,15 @@ public final class Tokenizer {
         } catch (IllegalArgumentException e) {
             throw gguf.fail(e.getMessage());
         }
+    }
+
+    /**
+     * {@return what kind of tokenizer this is, for people}: e.g. "SentencePiece-style, 32,000 pieces" or "byte-level
+     * BPE with Llama 3's pre-tokenizer, 280,147 merges, 128,256 pieces"
+     */
+    public String description() {
+        return String.format(Locale.ROOT, "%s, %,d pieces",
+                bpe != null ? bpe.description() : "SentencePiece-style", size());
     }
 
     /** {@return the vocabulary size} */
