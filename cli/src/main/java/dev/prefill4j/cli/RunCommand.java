@@ -9,9 +9,11 @@ import dev.prefill4j.engine.SamplerConfig;
 import dev.prefill4j.engine.Session;
 import dev.prefill4j.engine.SessionOptions;
 import dev.prefill4j.engine.draft.PromptLookupDrafts;
+import dev.prefill4j.engine.gguf.GgufContent;
 import dev.prefill4j.engine.io.InputFiles;
 import dev.prefill4j.engine.io.OutputFiles;
 import dev.prefill4j.engine.model.LlamaModel;
+import dev.prefill4j.engine.tokenizer.ChatFormat;
 import dev.prefill4j.engine.tokenizer.Tokenizer;
 import java.io.FileDescriptor;
 import java.io.FileOutputStream;
@@ -94,6 +96,16 @@ final class RunCommand implements Callable<Integer> {
                     + "engine is checked against were.")
     boolean stopAtEos;
 
+    @Option(names = "--chat",
+            description = "Write the prompt as one user message in the model's chat format, recognised from its "
+                    + "chat template (tokenizer.chat_template; Llama 3's and ChatML are written), followed by the "
+                    + "assistant's header; the answer ends at the end of the assistant's turn (as with --stop-at-eos).")
+    boolean chat;
+
+    @Option(names = "--system", paramLabel = "TEXT",
+            description = "With --chat: a system message before the user's.")
+    String system;
+
     @Option(names = "--json", description = "Print one JSON document instead of streaming text.")
     boolean json;
 
@@ -117,6 +129,14 @@ final class RunCommand implements Callable<Integer> {
         if (engine.resuming() && (promptGiven || promptFile != null)) { // it had been ignored
             throw new PrefillException(PrefillException.Code.ARGUMENT, "a resumed run (--kv-resume) continues the "
                     + "kept session's text and takes no prompt: drop " + (promptGiven ? "-p" : "-f"));
+        }
+        if (system != null && !chat) {
+            throw new PrefillException(PrefillException.Code.ARGUMENT, "--system is a chat's system message: use it "
+                    + "with --chat");
+        }
+        if (chat && engine.resuming()) {
+            throw new PrefillException(PrefillException.Code.ARGUMENT, "--chat writes a prompt; a resumed run "
+                    + "(--kv-resume) takes none");
         }
         boolean fromStdin = promptFile != null && promptFile.toString().equals("-");
         if (logitsOut != null) { // before the model is mapped (the logits would truncate the file it is read from)
@@ -152,6 +172,11 @@ final class RunCommand implements Callable<Integer> {
             if (model.synthetic() && !json) {
                 System.err.println("[synthetic model " + model.source() + ": random weights, the text is meaningless]");
             }
+            ChatFormat chatFormat = null;
+            if (chat) {
+                chatFormat = chatFormat(model);
+                prompt = chatFormat.prompt(system, prompt);
+            }
             if (!engine.resuming() && startsWithTwoBos(model.tokenizer(), prompt)) {
                 // As llama.cpp warns: a chat template copied with its <|begin_of_text|> before the model's own BOS.
                 System.err.println("warning: the prompt starts with the BOS token and the model adds its own, so it "
@@ -171,6 +196,7 @@ final class RunCommand implements Callable<Integer> {
                     throw new Stopped(130);
                 }
             };
+            boolean ignoreEos = !(stopAtEos || chat); // a chat's answer ends with the assistant's turn
             BurstGeneration bursts = null;
             Generation g;
             engine.checkKeeping(e, session);
@@ -184,15 +210,15 @@ final class RunCommand implements Callable<Integer> {
                             "--burst verifies greedy choices: use it with --temp 0 and without --logits-out");
                 }
                 bursts = engine.resuming()
-                        ? session.resumeWithBursts(nPredict, burst, PromptLookupDrafts.defaults(), !stopAtEos, sink)
-                        : session.generateWithBursts(prompt, nPredict, burst, PromptLookupDrafts.defaults(), !stopAtEos,
+                        ? session.resumeWithBursts(nPredict, burst, PromptLookupDrafts.defaults(), ignoreEos, sink)
+                        : session.generateWithBursts(prompt, nPredict, burst, PromptLookupDrafts.defaults(), ignoreEos,
                                 sink);
                 g = bursts.generation();
             } else if (engine.resuming()) {
                 // The kept session's sampler continues its random sequence unless a seed is given.
-                g = session.resume(nPredict, seed != null ? sampler : null, !stopAtEos, sink);
+                g = session.resume(nPredict, seed != null ? sampler : null, ignoreEos, sink);
             } else {
-                g = session.generate(prompt, nPredict, sampler, !stopAtEos, logitsOut != null, sink);
+                g = session.generate(prompt, nPredict, sampler, ignoreEos, logitsOut != null, sink);
             }
             if (logitsOut != null) {
                 writeLogits(logitsOut, g.promptLogits());
@@ -209,6 +235,7 @@ final class RunCommand implements Callable<Integer> {
                 doc.put("seed", samplingSeed);
                 doc.put("temperature", temperature);
                 doc.put("prompt", engine.resuming() ? null : prompt);
+                doc.put("chat_format", chatFormat == null ? null : chatFormat.id());
                 doc.put("resumed", engine.resuming());
                 doc.put("position", session.position());
                 doc.put("prompt_ids", g.promptIds());
@@ -308,6 +335,19 @@ final class RunCommand implements Callable<Integer> {
                 }
             }
         });
+    }
+
+    /** {@return the chat format of the model's template} @throws PrefillException if it has none this engine writes */
+    private static ChatFormat chatFormat(LlamaModel model) {
+        GgufContent content = model.content();
+        if (!content.metadata().containsKey("tokenizer.chat_template")) {
+            throw new PrefillException(PrefillException.Code.ARGUMENT, model.source() + " has no chat template "
+                    + "(tokenizer.chat_template): drop --chat and write the prompt out with the model's special pieces");
+        }
+        return ChatFormat.detect(content.requireString("tokenizer.chat_template")).orElseThrow(() ->
+                new PrefillException(PrefillException.Code.ARGUMENT, "the chat template of " + model.source()
+                        + " is not one this engine writes (Llama 3's, ChatML): drop --chat and write the prompt out "
+                        + "with the model's special pieces"));
     }
 
     /** {@return whether {@code prompt}, encoded as a run encodes it, starts with BOS twice} */

@@ -301,17 +301,34 @@ class CliTest {
 
     /** {@return stories260K-F32 written again to {@code name} in the test's directory, with these string values set} */
     private Path storiesWith(String name, java.util.Map<String, String> strings) {
-        Path out = dir.resolve(name);
-        try (GgufFile f = GgufFile.open(Models.require("stories260K-F32.gguf"))) {
-            dev.prefill4j.engine.gguf.GgufWriter w = new dev.prefill4j.engine.gguf.GgufWriter().putAll(f);
-            strings.forEach((k, v) -> w.put(k, dev.prefill4j.engine.gguf.GgufValue.string(v)));
-            for (GgufTensor t : f.tensors()) {
-                w.tensor(t.name(), t.ne(), t.type(),
-                        dst -> java.lang.foreign.MemorySegment.copy(t.data(), 0, dst, 0, dst.byteSize()));
-            }
-            w.write(out);
-        }
-        return out;
+        return Models.rewrite("stories260K-F32.gguf", dir.resolve(name), key -> true,
+                w -> strings.forEach((k, v) -> w.put(k, dev.prefill4j.engine.gguf.GgufValue.string(v))));
+    }
+
+    /**
+     * --chat writes the prompt in the format the model's chat template is recognised as (ChatFormatTest checks the
+     * formats against llama.cpp's), with --system before it; and says what to do where there is none it writes.
+     */
+    @Test
+    void chatWritesThePromptInTheModelsFormat() throws Exception {
+        Path llama3 = storiesWith("llama3.gguf", java.util.Map.of("tokenizer.chat_template",
+                "{% for m in messages %}<|start_header_id|>{{ m['role'] }}<|end_header_id|>{% endfor %}"));
+        Cli.Result r = Cli.run("run", "-m", llama3.toString(), "-p", " Hi \n", "--chat", "--system", "Be brief.",
+                "-n", "2", "--temp", "0", "--json");
+        assertEquals(0, r.exit(), r.toString());
+        assertTrue(r.out().contains("\"prompt\": \"<|start_header_id|>system<|end_header_id|>\\n\\nBe brief.<|eot_id|>"
+                + "<|start_header_id|>user<|end_header_id|>\\n\\nHi<|eot_id|><|start_header_id|>assistant"
+                + "<|end_header_id|>\\n\\n\","), r.out());
+        assertTrue(r.out().contains("\"chat_format\": \"llama3\""), r.out());
+        String plain = Models.require("stories260K-F32.gguf").toString();
+        Path gemma = storiesWith("gemma.gguf", java.util.Map.of("tokenizer.chat_template", "<start_of_turn>user"));
+        assertUsageErrors(new String[][] {
+            {plain + " has no chat template (tokenizer.chat_template): drop --chat and write the prompt out with the "
+                + "model's special pieces", "run", "-m", plain, "--chat"},
+            {"the chat template of " + gemma + " is not one this engine writes (Llama 3's, ChatML): drop --chat and "
+                + "write the prompt out with the model's special pieces", "run", "-m", gemma.toString(), "--chat"},
+            {"--system is a chat's system message: use it with --chat", "run", "-m", plain, "--system", "x"},
+        });
     }
 
     /** A model or tokenizer path that is wrong names the file at fault and what is wrong with it. */
