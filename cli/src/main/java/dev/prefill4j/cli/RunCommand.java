@@ -342,7 +342,8 @@ final class RunCommand implements Callable<Integer> {
         GgufContent content = model.content();
         if (!content.metadata().containsKey("tokenizer.chat_template")) {
             throw new PrefillException(PrefillException.Code.ARGUMENT, model.source() + " has no chat template "
-                    + "(tokenizer.chat_template): drop --chat and write the prompt out with the model's special pieces");
+                    + "(tokenizer.chat_template): drop --chat and write the prompt out with the model's special "
+                    + "pieces");
         }
         return ChatFormat.detect(content.requireString("tokenizer.chat_template")).orElseThrow(() ->
                 new PrefillException(PrefillException.Code.ARGUMENT, "the chat template of " + model.source()

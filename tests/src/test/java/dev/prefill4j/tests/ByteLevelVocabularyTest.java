@@ -70,7 +70,8 @@ class ByteLevelVocabularyTest {
             pieces.set(eot, "<|eot_id|>");
             types[eot] = 3;
         }
-        return Models.rewrite("tiny-256-F32.gguf", dir.resolve("bpe" + eot + ".gguf"), key -> !key.startsWith("tokenizer."),
+        return Models.rewrite("tiny-256-F32.gguf", dir.resolve("bpe" + eot + ".gguf"),
+                key -> !key.startsWith("tokenizer."),
                 w -> w.put("tokenizer.ggml.model", GgufValue.string("gpt2"))
                         .put("tokenizer.ggml.pre", GgufValue.string("llama-bpe"))
                         .put("tokenizer.ggml.tokens", GgufValue.array(ValueType.STRING, pieces.toArray(String[]::new)))

@@ -40,8 +40,8 @@ class CliTest {
     }
 
     /**
-     * Special pieces in a prompt are read as their tokens (ids as llama.cpp's llama-tokenize gives them, TokenizerTest),
-     * and a prompt that starts with the BOS piece, which the model adds too, is warned about, as llama.cpp warns.
+     * Special pieces in a prompt are read as their tokens (ids as llama.cpp's llama-tokenize gives them:
+     * TokenizerTest), and a prompt that starts with the BOS piece, which the model adds too, is warned about, as llama.cpp warns.
      */
     @Test
     void specialPiecesInThePromptAreTokensAndADoubleBosIsWarnedAbout() throws Exception {

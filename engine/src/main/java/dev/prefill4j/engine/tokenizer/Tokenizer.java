@@ -544,9 +544,9 @@ public final class Tokenizer {
         if (id < 0 || id >= ends.length) {
             throw new IllegalArgumentException("token id " + id + " is outside the vocabulary of " + ends.length);
         }
-        // As llama.cpp's token_to_piece without `special` (llama-cli's default; src/llama-vocab.cpp): unknown, control
-        // and unused tokens print nothing ("<unk>" had been printed as text in the middle of a generation), user-defined
-        // ones their text as written.
+        // As llama.cpp's token_to_piece without `special` (llama-cli's default; src/llama-vocab.cpp): unknown,
+        // control and unused tokens print nothing ("<unk>" had been printed as text in the middle of a generation),
+        // user-defined ones their text as written.
         if (types[id] == CONTROL || types[id] == UNKNOWN || types[id] == UNUSED) {
             return new byte[0];
         }

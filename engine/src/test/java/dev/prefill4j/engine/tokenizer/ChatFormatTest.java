@@ -20,7 +20,8 @@ class ChatFormatTest {
                 ChatFormat.LLAMA_3.prompt("You are a helpful assistant", "How are you"));
         // Llama 3's contents are trimmed of white space; ChatML's are not.
         assertEquals("<|start_header_id|>user<|end_header_id|>\n\nHow are you<|eot_id|>"
-                + "<|start_header_id|>assistant<|end_header_id|>\n\n", ChatFormat.LLAMA_3.prompt(null, " \tHow are you\n"));
+                + "<|start_header_id|>assistant<|end_header_id|>\n\n",
+                ChatFormat.LLAMA_3.prompt(null, " \tHow are you\n"));
         // fmt_sys("chatml"), then fmt_single("chatml") without the newline that ends the message before it there.
         assertEquals("<|im_start|>system\nYou are a helpful assistant<|im_end|>\n"
                 + "<|im_start|>user\nHow are you<|im_end|>\n<|im_start|>assistant\n",
