@@ -98,8 +98,9 @@ final class RunCommand implements Callable<Integer> {
 
     @Option(names = "--chat",
             description = "Write the prompt as one user message in the model's chat format, recognised from its "
-                    + "chat template (tokenizer.chat_template; Llama 3's and ChatML are written), followed by the "
-                    + "assistant's header; the answer ends at the end of the assistant's turn (as with --stop-at-eos).")
+                    + "chat template (tokenizer.chat_template; Llama 3's, Llama 2's and Mistral's [INST] and ChatML are "
+                    + "written), followed by what opens the assistant's answer; the answer ends at the end of the "
+                    + "assistant's turn (as with --stop-at-eos).")
     boolean chat;
 
     @Option(names = "--system", paramLabel = "TEXT",
@@ -347,8 +348,8 @@ final class RunCommand implements Callable<Integer> {
         }
         return ChatFormat.detect(content.requireString("tokenizer.chat_template")).orElseThrow(() ->
                 new PrefillException(PrefillException.Code.ARGUMENT, "the chat template of " + model.source()
-                        + " is not one this engine writes (Llama 3's, ChatML): drop --chat and write the prompt out "
-                        + "with the model's special pieces"));
+                        + " is not one this engine writes (Llama 3's, Llama 2's and Mistral's [INST], ChatML): drop "
+                        + "--chat and write the prompt out with the model's special pieces"));
     }
 
     /** {@return whether {@code prompt}, encoded as a run encodes it, starts with BOS twice} */

@@ -243,9 +243,10 @@ public final class Session implements AutoCloseable {
     }
 
     /**
-     * Encodes a prompt, prefills it, then samples {@code maxTokens} tokens (stopping early at EOS, or at another token
-     * that {@linkplain dev.prefill4j.engine.tokenizer.Tokenizer#endsGeneration ends a generation}, unless {@code
-     * ignoreEos}).
+     * Encodes a prompt ({@link dev.prefill4j.engine.tokenizer.Tokenizer#encode(String)}: BOS as the vocabulary asks,
+     * special pieces written in it read as their tokens), prefills it, then samples {@code maxTokens} tokens (stopping
+     * early at EOS, or at another token that {@linkplain dev.prefill4j.engine.tokenizer.Tokenizer#endsGeneration ends
+     * a generation}, unless {@code ignoreEos}).
      *
      * @param prompt      the text
      * @param maxTokens   tokens to generate

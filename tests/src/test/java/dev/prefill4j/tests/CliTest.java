@@ -325,8 +325,8 @@ class CliTest {
         assertUsageErrors(new String[][] {
             {plain + " has no chat template (tokenizer.chat_template): drop --chat and write the prompt out with the "
                 + "model's special pieces", "run", "-m", plain, "--chat"},
-            {"the chat template of " + gemma + " is not one this engine writes (Llama 3's, ChatML): drop --chat and "
-                + "write the prompt out with the model's special pieces", "run", "-m", gemma.toString(), "--chat"},
+            {"the chat template of " + gemma + " is not one this engine writes (Llama 3's, Llama 2's and Mistral's "
+                + "[INST], ChatML): drop --chat and write the prompt out with the model's special pieces", "run", "-m", gemma.toString(), "--chat"},
             {"--system is a chat's system message: use it with --chat", "run", "-m", plain, "--system", "x"},
         });
     }

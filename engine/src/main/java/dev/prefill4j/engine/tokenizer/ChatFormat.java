@@ -16,34 +16,72 @@ import java.util.Optional;
 @Api.Experimental
 public enum ChatFormat {
     /** ChatML ({@code <|im_start|>role\ncontent<|im_end|>\n}), which many fine-tunes of Llama use. */
-    CHATML,
+    CHATML("chatml"),
+    /** Llama 2's {@code [INST] ... [/INST]} without a system block: a system message is the turn's first line. */
+    LLAMA_2("llama2"),
+    /** Llama 2's with the system message in {@code <<SYS>>} ... {@code <</SYS>>}. */
+    LLAMA_2_SYS("llama2-sys"),
+    /** As {@link #LLAMA_2_SYS}, with BOS before each later turn (the same for one exchange). */
+    LLAMA_2_SYS_BOS("llama2-sys-bos"),
+    /** As {@link #LLAMA_2_SYS}, contents trimmed. */
+    LLAMA_2_SYS_STRIP("llama2-sys-strip"),
+    /** Mistral's v1 ({@code  [INST] ... [/INST]}, spaces on both sides). */
+    MISTRAL_V1("mistral-v1"),
+    /** Mistral's v3 ({@code [INST] ...[/INST]}). */
+    MISTRAL_V3("mistral-v3"),
+    /** Mistral's v3 for the Tekken vocabulary ({@code [INST]...[/INST]}). */
+    MISTRAL_V3_TEKKEN("mistral-v3-tekken"),
+    /** Mistral's v7 ({@code [SYSTEM_PROMPT] ...[/SYSTEM_PROMPT][INST] ...[/INST]}). */
+    MISTRAL_V7("mistral-v7"),
     /** Llama 3's ({@code <|start_header_id|>role<|end_header_id|>\n\ncontent<|eot_id|>}, contents trimmed). */
-    LLAMA_3;
+    LLAMA_3("llama3");
+
+    private final String id;
+
+    ChatFormat(String id) {
+        this.id = id;
+    }
+
+    /** {@return llama.cpp's name for the format, e.g. {@code llama3}, {@code mistral-v7}} */
+    public String id() {
+        return id;
+    }
 
     /**
-     * {@return the format a chat template is written for, if it is one of these}: ChatML where the template holds
-     * {@code <|im_start|>} (and not Phi-4's {@code <|im_sep|>}); Llama 3 where it holds {@code <|start_header_id|>}
-     * and {@code <|end_header_id|>} and none of the marks llama.cpp checks before those (Mistral's and Llama 2's
-     * {@code [INST]}, Phi-3's, Zephyr's, Gemma's, Command-R's and the like, which this engine does not write)
+     * {@return the format a chat template is written for, if it is one of these}, by llama.cpp's tests in its order:
+     * ChatML where the template holds {@code <|im_start|>} (not with Phi-4's {@code <|im_sep|>}); the Mistral and
+     * Llama 2 family where it starts with "mistral" or holds {@code [INST]}, told apart by their marks; Llama 3 where it
+     * holds {@code <|start_header_id|>} and {@code <|end_header_id|>} and none of the marks of the formats llama.cpp
+     * tests before (Phi-3's, Zephyr's, Gemma's, Command-R's and the like, which this engine does not write)
      *
-     * @param template the template text, or its name ({@code chatml}, {@code llama3})
+     * @param template the template text, or a format's {@link #id()}
      */
     public static Optional<ChatFormat> detect(String template) {
-        if (template.equals("chatml")
-                || template.contains("<|im_start|>") && !template.contains("<|im_sep|>")) {
-            return Optional.of(CHATML);
+        for (ChatFormat f : values()) {
+            if (f.id.equals(template)) {
+                return Optional.of(f);
+            }
         }
-        if (template.equals("llama3")) {
-            return Optional.of(LLAMA_3);
+        if (template.contains("<|im_start|>")) {
+            return template.contains("<|im_sep|>") ? Optional.empty() : Optional.of(CHATML);
         }
-        // llama.cpp's checks before Llama 3's, in its order: a template that passes one is another format.
         if (template.startsWith("mistral") || template.contains("[INST]")) {
-            return Optional.empty();
+            if (template.contains("[SYSTEM_PROMPT]")) {
+                return Optional.of(MISTRAL_V7);
+            }
+            if (template.contains("' [INST] ' + system_message") || template.contains("[AVAILABLE_TOOLS]")) {
+                return Optional.of(template.contains(" [INST]") ? MISTRAL_V1
+                        : template.contains("\"[INST]\"") ? MISTRAL_V3_TEKKEN : MISTRAL_V3);
+            }
+            return Optional.of(template.contains("content.strip()") ? LLAMA_2_SYS_STRIP
+                    : template.contains("bos_token + '[INST]") ? LLAMA_2_SYS_BOS
+                    : template.contains("<<SYS>>") ? LLAMA_2_SYS : LLAMA_2);
         }
-        String[][] before = {{"<|im_start|>"}, {"<|assistant|>", "<|end|>"}, {"<|assistant|>", "<|user|>"},
-            {"<|user|>", "<|endoftext|>"}, {"bos_token + message['role']"}, {"<start_of_turn>"},
-            {"'\\n\\nAssistant: ' + eos_token"}, {"GPT4 Correct "}, {"USER: ", "ASSISTANT: "},
-            {"### Instruction:", "<|EOT|>"}, {"<|START_OF_TURN_TOKEN|>", "<|USER_TOKEN|>"}};
+        // The formats llama.cpp tests next, before Llama 3's: a template with one's marks is that format.
+        String[][] before = {{"<|assistant|>", "<|end|>"}, {"<|assistant|>", "<|user|>"}, {"<|user|>", "<|endoftext|>"},
+            {"bos_token + message['role']"}, {"<start_of_turn>"}, {"'\\n\\nAssistant: ' + eos_token"},
+            {"GPT4 Correct "}, {"USER: ", "ASSISTANT: "}, {"### Instruction:", "<|EOT|>"},
+            {"<|START_OF_TURN_TOKEN|>", "<|USER_TOKEN|>"}};
         for (String[] marks : before) {
             if (Arrays.stream(marks).allMatch(template::contains)) {
                 return Optional.empty();
@@ -53,37 +91,55 @@ public enum ChatFormat {
                 ? Optional.of(LLAMA_3) : Optional.empty();
     }
 
-    /** {@return llama.cpp's name for the format: {@code chatml}, {@code llama3}} */
-    public String id() {
-        return this == CHATML ? "chatml" : "llama3";
-    }
-
     /**
-     * {@return one exchange written out: the system message if any, the user's message, and the assistant's header,
-     * where the model's answer starts}
+     * {@return one exchange written out: the system message if any, the user's message, and what opens the
+     * assistant's answer}
      *
      * @param system the system message, or {@code null} for none
      * @param user   the user's message
      */
     public String prompt(String system, String user) {
         StringBuilder sb = new StringBuilder();
-        if (system != null) {
-            message(sb, "system", system);
-        }
-        message(sb, "user", user);
-        sb.append(switch (this) {
-            case CHATML -> "<|im_start|>assistant\n";
-            case LLAMA_3 -> "<|start_header_id|>assistant<|end_header_id|>\n\n";
-        });
-        return sb.toString();
-    }
-
-    private void message(StringBuilder sb, String role, String content) {
         switch (this) {
-            case CHATML -> sb.append("<|im_start|>").append(role).append('\n').append(content).append("<|im_end|>\n");
-            case LLAMA_3 -> sb.append("<|start_header_id|>").append(role).append("<|end_header_id|>\n\n")
-                    .append(trim(content)).append("<|eot_id|>");
+            case CHATML -> {
+                if (system != null) {
+                    sb.append("<|im_start|>system\n").append(system).append("<|im_end|>\n");
+                }
+                sb.append("<|im_start|>user\n").append(user).append("<|im_end|>\n<|im_start|>assistant\n");
+            }
+            case LLAMA_2, LLAMA_2_SYS, LLAMA_2_SYS_BOS, LLAMA_2_SYS_STRIP -> {
+                boolean strip = this == LLAMA_2_SYS_STRIP;
+                sb.append("[INST] ");
+                if (system != null) {
+                    String s = strip ? trim(system) : system;
+                    sb.append(this == LLAMA_2 ? s + "\n" : "<<SYS>>\n" + s + "\n<</SYS>>\n\n");
+                }
+                sb.append(strip ? trim(user) : user).append(" [/INST]");
+            }
+            case MISTRAL_V1, MISTRAL_V3, MISTRAL_V3_TEKKEN -> {
+                String leading = this == MISTRAL_V1 ? " " : "";
+                sb.append(leading).append("[INST]").append(this == MISTRAL_V3_TEKKEN ? "" : " ");
+                if (system != null) {
+                    sb.append(system).append("\n\n");
+                }
+                sb.append(user).append(leading).append("[/INST]");
+            }
+            case MISTRAL_V7 -> {
+                if (system != null) {
+                    sb.append("[SYSTEM_PROMPT] ").append(system).append("[/SYSTEM_PROMPT]");
+                }
+                sb.append("[INST] ").append(user).append("[/INST]");
+            }
+            case LLAMA_3 -> {
+                if (system != null) {
+                    sb.append("<|start_header_id|>system<|end_header_id|>\n\n").append(trim(system))
+                            .append("<|eot_id|>");
+                }
+                sb.append("<|start_header_id|>user<|end_header_id|>\n\n").append(trim(user)).append("<|eot_id|>")
+                        .append("<|start_header_id|>assistant<|end_header_id|>\n\n");
+            }
         }
+        return sb.toString();
     }
 
     /** Without the leading and trailing white space C's {@code isspace} sees, as llama.cpp's {@code trim}. */
