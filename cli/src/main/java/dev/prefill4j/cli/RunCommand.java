@@ -353,7 +353,7 @@ final class RunCommand implements Callable<Integer> {
     }
 
     /** {@return whether {@code prompt}, encoded as a run encodes it, starts with BOS twice} */
-    static boolean startsWithTwoBos(Tokenizer tokenizer, String prompt) {
+    private static boolean startsWithTwoBos(Tokenizer tokenizer, String prompt) {
         if (tokenizer.bos() < 0 || !prompt.contains(tokenizer.piece(tokenizer.bos()))) {
             return false; // no second encoding of a prompt without the piece
         }
