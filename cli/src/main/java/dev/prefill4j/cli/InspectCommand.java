@@ -23,7 +23,10 @@ import picocli.CommandLine.Command;
 import picocli.CommandLine.Option;
 import picocli.CommandLine.Parameters;
 
-/** {@code prefill4j inspect}: metadata and tensors of a model file, and which module decodes each tensor. */
+/**
+ * {@code prefill4j inspect}: whether this engine runs a model file (what it runs, or why not), its metadata and tensors,
+ * and which module decodes each tensor.
+ */
 @Command(name = "inspect", mixinStandardHelpOptions = true,
         description = "Show whether this engine runs a model file (and what it runs, or why not), its metadata and, "
                 + "per tensor, its name, shape, type and the module that decodes it (or the module to add).")
