@@ -88,7 +88,8 @@ public final class LlamaModel implements AutoCloseable {
         }
         this.ropeDivisors = ropeDivisors(registry);
         // A tensor left unread would be a weight left out of the forward pass (biases, another architecture's
-        // extras): outputs silently wrong, so the file is refused instead.
+        // extras): outputs silently wrong, so the file is refused instead, as llama.cpp's loader refuses it ("wrong
+        // number of tensors", llama_model_loader::done_getting_tensors).
         for (GgufTensor t : content.tensors()) {
             if (!used.contains(t.name())) {
                 throw content.fail("tensor '" + t.name() + "' is not part of the llama architecture as this engine "
