@@ -100,7 +100,8 @@ final class RunCommand implements Callable<Integer> {
             description = "Write the prompt as one user message in the model's chat format, recognised from its "
                     + "chat template (tokenizer.chat_template; Llama 3's, Llama 2's and Mistral's [INST] and ChatML are "
                     + "written), followed by what opens the assistant's answer; the answer ends at the end of the "
-                    + "assistant's turn (as with --stop-at-eos).")
+                    + "assistant's turn (as with --stop-at-eos). With --kv-resume the prompt is the conversation's next "
+                    + "message.")
     boolean chat;
 
     @Option(names = "--system", paramLabel = "TEXT",
@@ -127,17 +128,23 @@ final class RunCommand implements Callable<Integer> {
         if (promptGiven && promptFile != null) {
             throw new PrefillException(PrefillException.Code.ARGUMENT, "give the prompt once: -p TEXT or -f FILE");
         }
-        if (engine.resuming() && (promptGiven || promptFile != null)) { // it had been ignored
-            throw new PrefillException(PrefillException.Code.ARGUMENT, "a resumed run (--kv-resume) continues the "
-                    + "kept session's text and takes no prompt: drop " + (promptGiven ? "-p" : "-f"));
-        }
+        // A resumed run continues the kept text: with -p/-f it first adds that text (a chat's next message).
+        boolean addsText = engine.resuming() && (promptGiven || promptFile != null);
         if (system != null && !chat) {
             throw new PrefillException(PrefillException.Code.ARGUMENT, "--system is a chat's system message: use it "
                     + "with --chat");
         }
-        if (chat && engine.resuming()) {
-            throw new PrefillException(PrefillException.Code.ARGUMENT, "--chat writes a prompt; a resumed run "
-                    + "(--kv-resume) takes none");
+        if (chat && engine.resuming() && !addsText) {
+            throw new PrefillException(PrefillException.Code.ARGUMENT, "--chat with --kv-resume continues the "
+                    + "conversation with a next message: give it with -p or -f");
+        }
+        if (system != null && engine.resuming()) {
+            throw new PrefillException(PrefillException.Code.ARGUMENT, "--system opens a conversation; a resumed one "
+                    + "(--kv-resume) has its own: drop --system");
+        }
+        if (addsText && burst > 1) {
+            throw new PrefillException(PrefillException.Code.ARGUMENT, "--burst continues a kept text as it is; to "
+                    + "add -p/-f text to it, run without --burst");
         }
         boolean fromStdin = promptFile != null && promptFile.toString().equals("-");
         if (logitsOut != null) { // before the model is mapped (the logits would truncate the file it is read from)
@@ -176,7 +183,10 @@ final class RunCommand implements Callable<Integer> {
             ChatFormat chatFormat = null;
             if (chat) {
                 chatFormat = chatFormat(model);
-                prompt = chatFormat.prompt(system, prompt);
+                // A next message after an answer cut short (-n) closes the assistant's turn first.
+                prompt = !engine.resuming() ? chatFormat.prompt(system, prompt)
+                        : (model.tokenizer().endsGeneration(session.pendingToken()) ? "" : chatFormat.endOfTurn())
+                                + chatFormat.nextTurn(prompt);
             }
             if (!engine.resuming() && startsWithTwoBos(model.tokenizer(), prompt)) {
                 // As llama.cpp warns: a chat template copied with its <|begin_of_text|> before the model's own BOS.
@@ -215,6 +225,8 @@ final class RunCommand implements Callable<Integer> {
                         : session.generateWithBursts(prompt, nPredict, burst, PromptLookupDrafts.defaults(), ignoreEos,
                                 sink);
                 g = bursts.generation();
+            } else if (addsText) {
+                g = session.continueWith(prompt, nPredict, seed != null ? sampler : null, ignoreEos, sink);
             } else if (engine.resuming()) {
                 // The kept session's sampler continues its random sequence unless a seed is given.
                 g = session.resume(nPredict, seed != null ? sampler : null, ignoreEos, sink);
@@ -235,7 +247,7 @@ final class RunCommand implements Callable<Integer> {
                 doc.put("chunk", e.chunkSize(model, options));
                 doc.put("seed", samplingSeed);
                 doc.put("temperature", temperature);
-                doc.put("prompt", engine.resuming() ? null : prompt);
+                doc.put("prompt", engine.resuming() && !addsText ? null : prompt);
                 doc.put("chat_format", chatFormat == null ? null : chatFormat.id());
                 doc.put("resumed", engine.resuming());
                 doc.put("position", session.position());

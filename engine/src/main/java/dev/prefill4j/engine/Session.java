@@ -260,7 +260,12 @@ public final class Session implements AutoCloseable {
                                IntConsumer onToken) {
         requireOpen();
         checkMaxTokens(maxTokens);
-        int[] ids = model.tokenizer().encode(prompt);
+        return sample(model.tokenizer().encode(prompt), maxTokens, sampler, ignoreEos, keepLogits, onToken);
+    }
+
+    /** Prefills {@code ids}, then samples up to {@code maxTokens} tokens from the last position on. */
+    private Generation sample(int[] ids, int maxTokens, Sampler sampler, boolean ignoreEos, boolean keepLogits,
+                              IntConsumer onToken) {
         if ((long) position + ids.length + maxTokens > capacity) {
             throw new PrefillException(PrefillException.Code.CONTEXT, "the prompt (" + ids.length + " tokens) plus "
                     + maxTokens + " to generate exceed the context of " + capacity + " positions; shorten the prompt, "
@@ -332,6 +337,49 @@ public final class Session implements AutoCloseable {
         this.sampler = use;
         int[] gen = Arrays.copyOf(out, produced);
         return new Generation(new int[0], gen, model.tokenizer().decode(gen), null, 0, t1 - t0, produced);
+    }
+
+    /**
+     * Adds text to the session's text, then generates: feeds the pending token (the last one generated, not yet in
+     * the KV cache) if there is one, then {@code text} encoded without BOS (special pieces read as their tokens), in
+     * one prefill, and samples {@code maxTokens} tokens as {@link #generate} does. This is how a conversation goes on
+     * (a chat's next user turn, {@link dev.prefill4j.engine.tokenizer.ChatFormat#nextTurn}), also in a session reopened
+     * from a kept KV cache. On an empty session it is {@link #generate} (with BOS as the vocabulary asks).
+     *
+     * @param text      the text to add
+     * @param maxTokens tokens to generate
+     * @param sampler   how to pick them; {@code null} continues with the sampler of the last generation (restored for
+     *                  a reopened session; greedy if there was none)
+     * @param ignoreEos keep going after EOS (or another token that ends a generation)
+     * @param onToken   called with each generated id as soon as it is known; may be {@code null}
+     * @return the ids fed (the pending token first, if there was one), the generated ids, text and timings
+     * @throws PrefillException ({@code P4J-CONTEXT}) if the context cannot hold the text and the tokens
+     */
+    public Generation continueWith(String text, int maxTokens, Sampler sampler, boolean ignoreEos,
+                                   IntConsumer onToken) {
+        requireOpen();
+        checkMaxTokens(maxTokens);
+        Sampler use = sampler != null ? sampler : this.sampler != null ? this.sampler
+                : new Sampler(SamplerConfig.greedy());
+        if (position == 0 && pending < 0) {
+            return generate(text, maxTokens, use, ignoreEos, false, onToken);
+        }
+        int[] textIds = model.tokenizer().encode(text, false);
+        int[] ids = new int[(pending >= 0 ? 1 : 0) + textIds.length];
+        if (pending >= 0) {
+            ids[0] = pending;
+        }
+        System.arraycopy(textIds, 0, ids, ids.length - textIds.length, textIds.length);
+        if (ids.length == 0) {
+            throw new PrefillException(PrefillException.Code.ARGUMENT, "nothing to continue with: the text is empty "
+                    + "and no generated token is waiting");
+        }
+        return sample(ids, maxTokens, use, ignoreEos, false, onToken);
+    }
+
+    /** {@return the last generated token, not yet fed to the KV cache, or -1 if there is none} */
+    public int pendingToken() {
+        return pending;
     }
 
     private void requirePending(int maxTokens) {

@@ -310,6 +310,46 @@ class KeptKVCacheTest {
         }
     }
 
+    /**
+     * A text that goes on ({@code continueWith}: the pending token, then the new text without BOS) answers as one
+     * prefill of the whole id sequence does, decoded greedily step by step here; and the same across a kept cache.
+     */
+    @Test
+    void aTextThatGoesOnAnswersAsTheWholeSequenceDoes() {
+        String more = " and then the dog";
+        try (Engine e = Engine.builder().threads(2).kvStore("ssd").build();
+             LlamaModel m = e.load(Models.require("stories260K-F32.gguf"))) {
+            Generation first;
+            Generation then;
+            try (Session s = e.newSession(m, options(KVElementType.F32, null, false))) {
+                first = s.generate(Models.PROMPT, 6, new Sampler(SamplerConfig.greedy()), true, false, null);
+                then = s.continueWith(more, 6, null, true, null);
+            }
+            int[] moreIds = m.tokenizer().encode(more, false);
+            int[] firstGen = first.generatedIds();
+            assertArrayEquals(concat(new int[] {firstGen[firstGen.length - 1]}, moreIds), then.promptIds(),
+                    "the pending token, then the text without BOS");
+            int[] whole = concat(concat(first.promptIds(), firstGen), moreIds);
+            int[] expected = new int[6];
+            try (Session s = e.newSession(m, options(KVElementType.F32, null, false))) {
+                Sampler greedy = new Sampler(SamplerConfig.greedy());
+                float[] logits = s.prefill(whole, false);
+                for (int i = 0; i < expected.length; i++) {
+                    expected[i] = greedy.sample(logits);
+                    logits = i + 1 < expected.length ? s.decode(expected[i]) : null;
+                }
+            }
+            assertArrayEquals(expected, then.generatedIds());
+            try (Session s = e.newSession(m, options(KVElementType.F32, "talk", false))) {
+                s.generate(Models.PROMPT, 6, new Sampler(SamplerConfig.greedy()), true, false, null);
+            }
+            try (Session s = e.newSession(m, options(KVElementType.F32, "talk", true))) {
+                assertEquals(firstGen[firstGen.length - 1], s.pendingToken());
+                assertArrayEquals(expected, s.continueWith(more, 6, null, true, null).generatedIds());
+            }
+        }
+    }
+
     /** The CLI round trip users run: keep, resume, and the same ids as one run; a store that cannot keep is refused. */
     @Test
     void theCliKeepsAndResumes() throws Exception {

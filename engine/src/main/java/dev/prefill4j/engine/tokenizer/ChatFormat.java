@@ -142,6 +142,35 @@ public enum ChatFormat {
         return sb.toString();
     }
 
+    /**
+     * {@return the user's next message after the assistant's answer, and what opens the next answer}: what llama.cpp
+     * adds for a new message after an answer that ended with its end-of-turn token ({@code
+     * common_chat_format_single}: the conversation with the message written out, less the conversation without it,
+     * after the newline the template puts after the end of a turn, which the model does not generate)
+     *
+     * @param user the user's message
+     */
+    public String nextTurn(String user) {
+        String turn = prompt(null, user);
+        return switch (this) {
+            case CHATML -> "\n" + turn;
+            case LLAMA_2_SYS_BOS -> "<s>" + turn; // BOS inside the history, before each later turn
+            default -> turn;
+        };
+    }
+
+    /**
+     * {@return what ends the assistant's turn}: the piece its answer ends with when the model ends it ({@code
+     * <|eot_id|>}, {@code <|im_end|>}, {@code </s>}), to write before {@link #nextTurn} where the answer was cut short
+     */
+    public String endOfTurn() {
+        return switch (this) {
+            case LLAMA_3 -> "<|eot_id|>";
+            case CHATML -> "<|im_end|>";
+            default -> "</s>";
+        };
+    }
+
     /** Without the leading and trailing white space C's {@code isspace} sees, as llama.cpp's {@code trim}. */
     private static String trim(String s) {
         int from = 0;

@@ -10,7 +10,8 @@ import org.junit.jupiter.api.Test;
  * The formats against the strings llama.cpp's own test states for them (tests/test-chat-template.cpp, build c392e50:
  * {@code fmt_sys} and {@code fmt_single}), and detection on templates written here with the marks of each family.
  * (By hand, outside the tests: every format and the 17 templates of llama.cpp's models/templates give the bytes
- * llama.cpp's {@code llama_chat_apply_template} gives, or, for the 7 it writes and this engine does not, none.)
+ * llama.cpp's {@code llama_chat_apply_template} gives, for one exchange and for a next turn, or, for the 7 it
+ * writes and this engine does not, none.)
  */
 class ChatFormatTest {
     @Test
@@ -47,6 +48,32 @@ class ChatFormatTest {
             String both = f.prompt("You are a helpful assistant", "How are you");
             assertTrue(both.startsWith(c[2]) && both.endsWith(c[1].substring(c[1].indexOf("How"))), c[0] + ": " + both);
         }
+    }
+
+    /**
+     * The next message after an answer that ended with its end-of-turn token is what llama.cpp's test states as
+     * {@code fmt_single}: a user message after a conversation that ends with the assistant's.
+     */
+    @Test
+    void writesTheNextTurnAsLlamaCppDoes() {
+        String[][] cases = {
+            {"chatml", "\n<|im_start|>user\nHow are you<|im_end|>\n<|im_start|>assistant\n", "<|im_end|>"},
+            {"mistral-v1", " [INST] How are you [/INST]", "</s>"},
+            {"mistral-v3", "[INST] How are you[/INST]", "</s>"},
+            {"mistral-v3-tekken", "[INST]How are you[/INST]", "</s>"},
+            {"mistral-v7", "[INST] How are you[/INST]", "</s>"},
+            {"llama2", "[INST] How are you [/INST]", "</s>"},
+            {"mistral", "[INST] How are you [/INST]", "</s>"},
+            {"llama3", "<|start_header_id|>user<|end_header_id|>\n\nHow are you<|eot_id|>"
+                + "<|start_header_id|>assistant<|end_header_id|>\n\n", "<|eot_id|>"},
+        };
+        for (String[] c : cases) {
+            ChatFormat f = ChatFormat.detect(c[0]).orElseThrow();
+            assertEquals(c[1], f.nextTurn("How are you"), c[0]);
+            assertEquals(c[2], f.endOfTurn(), c[0]);
+        }
+        // Llama 2 with BOS inside the history opens each later turn with it.
+        assertEquals("<s>[INST] How are you [/INST]", ChatFormat.LLAMA_2_SYS_BOS.nextTurn("How are you"));
     }
 
     @Test
