@@ -246,7 +246,9 @@ public final class Session implements AutoCloseable {
      * Encodes a prompt ({@link dev.prefill4j.engine.tokenizer.Tokenizer#encode(String)}: BOS as the vocabulary asks,
      * special pieces written in it read as their tokens), prefills it, then samples {@code maxTokens} tokens (stopping
      * early at EOS, or at another token that {@linkplain dev.prefill4j.engine.tokenizer.Tokenizer#endsGeneration ends
-     * a generation}, unless {@code ignoreEos}).
+     * a generation}, unless {@code ignoreEos}). It starts a text: on a session that holds one already, the prompt
+     * follows it as a new text (BOS included) and the last generated token is not fed; {@link #continueWith} goes on
+     * with the text instead.
      *
      * @param prompt      the text
      * @param maxTokens   tokens to generate
