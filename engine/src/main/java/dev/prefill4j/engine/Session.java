@@ -319,8 +319,7 @@ public final class Session implements AutoCloseable {
         requireOpen();
         checkMaxTokens(maxTokens);
         requirePending(maxTokens);
-        Sampler use = sampler != null ? sampler : this.sampler != null ? this.sampler
-                : new Sampler(SamplerConfig.greedy());
+        Sampler use = samplerOr(sampler);
         int[] out = new int[maxTokens];
         int produced = 0;
         long t0 = System.nanoTime();
@@ -361,8 +360,7 @@ public final class Session implements AutoCloseable {
                                    IntConsumer onToken) {
         requireOpen();
         checkMaxTokens(maxTokens);
-        Sampler use = sampler != null ? sampler : this.sampler != null ? this.sampler
-                : new Sampler(SamplerConfig.greedy());
+        Sampler use = samplerOr(sampler);
         if (position == 0 && pending < 0) {
             return generate(text, maxTokens, use, ignoreEos, false, onToken);
         }
@@ -377,6 +375,11 @@ public final class Session implements AutoCloseable {
                     + "and no generated token is waiting");
         }
         return sample(ids, maxTokens, use, ignoreEos, false, onToken);
+    }
+
+    /** {@return {@code given}, else the last generation's sampler, else a greedy one} */
+    private Sampler samplerOr(Sampler given) {
+        return given != null ? given : sampler != null ? sampler : new Sampler(SamplerConfig.greedy());
     }
 
     /** {@return the last generated token, not yet fed to the KV cache, or -1 if there is none} */
