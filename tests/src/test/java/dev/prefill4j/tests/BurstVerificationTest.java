@@ -15,24 +15,15 @@ import dev.prefill4j.engine.draft.DraftSource;
 import dev.prefill4j.engine.draft.PromptLookupDrafts;
 import dev.prefill4j.engine.model.LlamaModel;
 import java.util.Arrays;
-import org.junit.jupiter.api.AfterAll;
-import org.junit.jupiter.api.BeforeAll;
+import org.junit.jupiter.api.AutoClose;
 import org.junit.jupiter.params.ParameterizedTest;
 import org.junit.jupiter.params.provider.CsvSource;
 
 /** Burst verification is lossless: greedy output with bursts equals greedy output without them. */
 class BurstVerificationTest {
-    static Engine engine;
-
-    @BeforeAll
-    static void open() {
-        engine = Engine.builder().threads(2).build();
-    }
-
-    @AfterAll
-    static void close() {
-        engine.close();
-    }
+    /** One engine for the class's tests, closed after them. */
+    @AutoClose
+    static final Engine engine = Engine.builder().threads(2).build();
 
     static final int N = 48;
 

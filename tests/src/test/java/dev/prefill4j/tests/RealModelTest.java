@@ -21,8 +21,7 @@ import java.nio.file.Path;
 import java.util.Arrays;
 import java.util.Map;
 import java.util.SplittableRandom;
-import org.junit.jupiter.api.AfterAll;
-import org.junit.jupiter.api.BeforeAll;
+import org.junit.jupiter.api.AutoClose;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.params.ParameterizedTest;
 import org.junit.jupiter.params.provider.EnumSource;
@@ -33,17 +32,9 @@ import org.junit.jupiter.params.provider.ValueSource;
  * (MANIFEST.md) and against an independent FP64 forward pass.
  */
 class RealModelTest {
-    static Engine engine;
-
-    @BeforeAll
-    static void open() {
-        engine = Engine.builder().threads(2).build();
-    }
-
-    @AfterAll
-    static void close() {
-        engine.close();
-    }
+    /** One engine for the class's tests, closed after them. */
+    @AutoClose
+    static final Engine engine = Engine.builder().threads(2).build();
 
     static Generation greedy(LlamaModel m, KVElementType kv, int n) {
         try (Session s = engine.newSession(m, SessionOptions.defaults().withKvType(kv))) {

@@ -21,8 +21,7 @@ import java.lang.foreign.ValueLayout;
 import java.nio.file.Path;
 import java.util.Map;
 import java.util.function.Consumer;
-import org.junit.jupiter.api.AfterAll;
-import org.junit.jupiter.api.BeforeAll;
+import org.junit.jupiter.api.AutoClose;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.io.TempDir;
 
@@ -36,20 +35,12 @@ class RopeScalingTest {
     private static final String PROMPT = "Once upon a time there was a little girl who liked to play in the park with "
             + "her dog and her friends every day";
     private static final GgmlType F32 = GgmlType.byName("F32").orElseThrow();
-    private static Engine engine;
+    /** One engine for the class's tests, closed after them. */
+    @AutoClose
+    private static final Engine engine = Engine.builder().threads(2).build();
 
     @TempDir
     Path dir;
-
-    @BeforeAll
-    static void open() {
-        engine = Engine.builder().threads(2).build();
-    }
-
-    @AfterAll
-    static void close() {
-        engine.close();
-    }
 
     /** tiny-256-F32 written again with {@code extra} applied to the writer. */
     private Path variant(String name, Consumer<GgufWriter> extra) {
